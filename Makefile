@@ -1,0 +1,25 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+# Each creates the virtual environment .venv on first use.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+$(BIN)/gpu-pool: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(BIN)/gpu-pool
+
+.PHONY: install demo test bench lint
+install: $(BIN)/gpu-pool
+
+demo: install
+	$(BIN)/gpu-pool demo
+
+test: install
+	$(BIN)/python -m pytest tests
+
+lint: install
+	$(BIN)/ruff check plugins tests bench dags
+
+bench: install
+	$(BIN)/python bench/placement_scale.py

@@ -1,0 +1,363 @@
+"""The domain model of gpu-pool: nodes, GPUs, teams, quotas, requests, allocations, ledger, policy.
+
+Terms
+-----
+milli
+    A thousandth of one GPU. A whole GPU is 1000 milli; a share of one GPU is 1..999 milli.
+    CPU is counted in millicores (``cpu_milli``), memory in MiB (``memory_mib``).
+request
+    What one GPU task asks for. Exactly one of three shapes:
+
+    * whole GPUs on one node: ``gpus=N`` (``gpu_milli`` = 1000);
+    * a share of one GPU: ``gpus=1, gpu_milli=M`` with 0 < M < 1000;
+    * a gang: ``nodes=K`` nodes, each with ``gpus`` whole GPUs (all or nothing).
+allocation
+    A request bound to a node and GPU indices (one allocation per node of a gang), with the
+    milli taken on each GPU.
+
+Invariants (checked by :mod:`gpu_pool.spec` at the boundary, relied on everywhere else)
+-----------------------------------------------------------------------------------------
+* Every dataclass here is frozen; collections are tuples or frozensets.
+* ``Request.gpu_milli`` is 1000 unless ``gpus == 1 and nodes == 1``.
+* Times are timezone-aware UTC ``datetime`` objects.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+MILLI_PER_GPU = 1000
+
+
+class Purpose(enum.StrEnum):
+    TRAINING = "training"
+    INFERENCE = "inference"
+    PRETRAINING = "pretraining"
+
+
+class PriorityClass(enum.StrEnum):
+    """Priority classes, most urgent first. ``batch`` is preemptible batch work."""
+
+    CRITICAL = "critical"
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+    BATCH = "batch"
+
+    @property
+    def rank(self) -> int:
+        """0 for critical, 4 for batch: lower is more urgent."""
+        return list(PriorityClass).index(self)
+
+
+class NodeState(enum.StrEnum):
+    UP = "up"
+    DRAINING = "draining"
+    DOWN = "down"
+
+
+class Tier(enum.StrEnum):
+    CORE = "core"
+    EDGE = "edge"
+
+
+class RequestState(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"  # allocated (all of a gang's allocations active)
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+    REFUSED = "refused"
+
+
+class AllocationState(enum.StrEnum):
+    ACTIVE = "active"
+    RELEASED = "released"
+    PREEMPTED = "preempted"
+    EXPIRED = "expired"
+
+
+class Outcome(enum.StrEnum):
+    SUCCESS = "success"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    PREEMPTED = "preempted"
+    RECLAIMED = "reclaimed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class GpuModelInfo:
+    """A GPU model the fleet knows: its memory and its price per GPU-hour."""
+
+    name: str
+    memory_mib: int
+    price_per_gpu_hour: float = 0.0
+
+
+# Models the trace simulator meets (Alibaba openb: G1..G3 undisclosed) and common cards.
+DEFAULT_GPU_MODELS: tuple[GpuModelInfo, ...] = (
+    GpuModelInfo("T4", 16 * 1024, 0.35),
+    GpuModelInfo("A10", 24 * 1024, 0.75),
+    GpuModelInfo("L4", 24 * 1024, 0.70),
+    GpuModelInfo("P100", 16 * 1024, 0.45),
+    GpuModelInfo("V100M16", 16 * 1024, 0.90),
+    GpuModelInfo("V100M32", 32 * 1024, 1.10),
+    GpuModelInfo("V100", 32 * 1024, 1.10),
+    GpuModelInfo("A30", 24 * 1024, 0.90),
+    GpuModelInfo("L40S", 48 * 1024, 1.40),
+    GpuModelInfo("A100", 80 * 1024, 2.20),
+    GpuModelInfo("A100-40G", 40 * 1024, 1.60),
+    GpuModelInfo("H100", 80 * 1024, 3.50),
+    GpuModelInfo("H200", 141 * 1024, 4.50),
+    GpuModelInfo("G1", 16 * 1024, 0.50),
+    GpuModelInfo("G2", 32 * 1024, 1.00),
+    GpuModelInfo("G3", 32 * 1024, 1.20),
+)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One device of a node."""
+
+    index: int
+    model: str
+    memory_mib: int
+    healthy: bool = True
+    utilization_pct: float | None = None  # last probe reading, 0..100
+
+
+@dataclass(frozen=True)
+class Node:
+    """A GPU host reachable over SSH."""
+
+    name: str
+    gpus: tuple[Gpu, ...]
+    cpu_milli: int
+    memory_mib: int
+    zone: str = "default"
+    tier: Tier = Tier.CORE
+    ssh_conn_id: str | None = None
+    bandwidth_mb_s: float = 1000.0  # megabytes per second to its zone's storage
+    labels: Mapping[str, str] = field(default_factory=dict)
+    state: NodeState = NodeState.UP
+
+    @property
+    def gpu_model(self) -> str | None:
+        """The node's GPU model (a node holds one model), None for a node without GPUs."""
+        return self.gpus[0].model if self.gpus else None
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def schedulable(self) -> bool:
+        return self.state is NodeState.UP
+
+
+@dataclass(frozen=True)
+class Team:
+    name: str
+    notify_email: str | None = None
+    notify_webhook: str | None = None
+
+
+@dataclass(frozen=True)
+class Quota:
+    """Guaranteed GPUs of a team for a purpose on a GPU model (``None`` = any model).
+
+    ``borrow_limit_gpus`` is how many GPUs beyond the guarantee the team may borrow from idle
+    capacity (borrowed work is preemptible). ``gpu_hour_budget`` caps GPU-hours per period.
+    """
+
+    team: str
+    purpose: Purpose
+    gpus: float
+    valid_from: datetime
+    expires_at: datetime
+    gpu_model: str | None = None
+    borrow_limit_gpus: float = 0.0
+    gpu_hour_budget: float | None = None
+    id: str | None = None
+
+    def active_at(self, now: datetime) -> bool:
+        return self.valid_from <= now < self.expires_at
+
+    def matches(self, team: str, purpose: Purpose, gpu_model: str | None) -> bool:
+        return (
+            self.team == team
+            and self.purpose == purpose
+            and (self.gpu_model is None or self.gpu_model == gpu_model)
+        )
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """The data a request reads: where it lives and how big it is."""
+
+    uri: str
+    zone: str | None = None
+    size_gib: float = 0.0
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one GPU task asks for (see the module docstring for the three shapes)."""
+
+    name: str
+    team: str
+    purpose: Purpose = Purpose.TRAINING
+    priority: PriorityClass = PriorityClass.NORMAL
+    gpus: int = 1  # whole GPUs per node; 1 for a share
+    gpu_milli: int = MILLI_PER_GPU  # per GPU; < 1000 only for a share of one GPU
+    nodes: int = 1  # > 1 for a gang
+    gpu_models: frozenset[str] = frozenset()  # empty: any model
+    min_gpu_memory_mib: int = 0
+    cpu_milli: int = 0  # per node
+    memory_mib: int = 0  # per node
+    dataset: Dataset | None = None
+    data_ready: bool = True
+    time_limit: timedelta | None = None
+    estimated_runtime: timedelta | None = None
+    preemptible: bool = False
+    submitted_at: datetime | None = None
+    id: str | None = None
+
+    @property
+    def is_share(self) -> bool:
+        return self.gpu_milli < MILLI_PER_GPU
+
+    @property
+    def is_gang(self) -> bool:
+        return self.nodes > 1
+
+    @property
+    def total_gpu_milli(self) -> int:
+        """GPU demand of the whole request in milli (all nodes of a gang)."""
+        return self.nodes * self.gpus * self.gpu_milli
+
+    @property
+    def total_gpus(self) -> float:
+        return self.total_gpu_milli / MILLI_PER_GPU
+
+    def accepts(self, gpu: Gpu) -> bool:
+        """Whether a GPU of this model and memory meets the request's constraints."""
+        if self.gpu_models and gpu.model not in self.gpu_models:
+            return False
+        return gpu.memory_mib >= self.min_gpu_memory_mib
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """A request's hold on one node: GPU indices and the milli taken on each."""
+
+    request_name: str
+    node: str
+    gpu_indices: tuple[int, ...]
+    gpu_milli: int  # per GPU index
+    cpu_milli: int
+    memory_mib: int
+    team: str
+    purpose: Purpose
+    priority: PriorityClass
+    gpu_model: str | None
+    started_at: datetime
+    ends_by: datetime | None = None  # start + time limit
+    preemptible: bool = False
+    state: AllocationState = AllocationState.ACTIVE
+    id: str | None = None
+    request_id: str | None = None
+
+    @property
+    def gpu_milli_total(self) -> int:
+        return len(self.gpu_indices) * self.gpu_milli
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """Append-only usage record written when an allocation ends."""
+
+    allocation_id: str
+    request_name: str
+    team: str
+    purpose: Purpose
+    node: str
+    gpu_model: str | None
+    gpus: float
+    started_at: datetime
+    ended_at: datetime
+    outcome: Outcome
+    price_per_gpu_hour: float = 0.0
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpus * (self.ended_at - self.started_at).total_seconds() / 3600.0
+
+    @property
+    def cost(self) -> float:
+        return self.gpu_hours * self.price_per_gpu_hour
+
+
+@dataclass(frozen=True)
+class OffPeakWindow:
+    """Hours of the day (UTC, ``start_hour`` inclusive to ``end_hour`` exclusive, may wrap)."""
+
+    start_hour: int = 20
+    end_hour: int = 8
+
+    def contains(self, when: datetime) -> bool:
+        h = when.hour
+        if self.start_hour <= self.end_hour:
+            return self.start_hour <= h < self.end_hour
+        return h >= self.start_hour or h < self.end_hour
+
+
+DEFAULT_PRIORITY_WEIGHTS: Mapping[PriorityClass, int] = {
+    PriorityClass.CRITICAL: 10_000,
+    PriorityClass.HIGH: 1_000,
+    PriorityClass.NORMAL: 100,
+    PriorityClass.LOW: 10,
+    PriorityClass.BATCH: 1,
+}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Knobs of the placement engine and of the fleet's chores."""
+
+    priority_weights: Mapping[PriorityClass, int] = field(
+        default_factory=lambda: dict(DEFAULT_PRIORITY_WEIGHTS)
+    )
+    # Whole GPUs kept free fleet-wide for critical work: others may not dip below it.
+    critical_headroom_gpus: int = 0
+    off_peak: OffPeakWindow = field(default_factory=OffPeakWindow)
+    # Batch and pretraining work may borrow idle GPUs beyond quota off-peak.
+    lend_idle_off_peak: bool = True
+    # A request whose data would take longer than this to move waits for its own zone.
+    max_transfer_seconds: float = 3600.0
+    # Waiting this long doubles a request's weight within its class (never past the next class).
+    aging_half_life: timedelta = timedelta(hours=2)
+    fair_share_half_life: timedelta = timedelta(days=7)
+    alert_days: tuple[int, ...] = (15, 7, 1)
+    budget_alert_pcts: tuple[int, ...] = (80, 90, 100)
+    gpu_models: tuple[GpuModelInfo, ...] = DEFAULT_GPU_MODELS
+    solver_time_limit_s: float = 0.2
+    solver_workers: int = 2
+    solver_seed: int = 0
+
+    def weight(self, priority: PriorityClass) -> int:
+        return self.priority_weights[priority]
+
+    def model_info(self, name: str) -> GpuModelInfo | None:
+        for info in self.gpu_models:
+            if info.name == name:
+                return info
+        return None
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.gpu_models)
