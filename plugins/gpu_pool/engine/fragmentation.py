@@ -148,8 +148,9 @@ class FleetFragmentation:
     """The expected fragmentation of every node of a fleet, kept up to date incrementally.
 
     The caller owns the state arrays and mutates them in place: ``free_milli`` (nodes x max
-    GPUs, 0 for absent GPUs), ``free_cpu``, ``free_memory`` and the node models; after each
-    change it calls :meth:`refresh` with the nodes touched. Deltas are ``F(after) - F(before)``.
+    GPUs; absent or unhealthy GPUs read 0 or -1, as in :class:`gpu_pool.engine.capacity.
+    FleetState`), ``free_cpu``, ``free_memory``; after each change it calls :meth:`refresh`
+    with the nodes touched. Deltas are ``F(after) - F(before)``.
     """
 
     def __init__(
@@ -206,7 +207,7 @@ class FleetFragmentation:
     def refresh(self, nodes: np.ndarray | Sequence[int] | int) -> None:
         """Recompute the cached sums of ``nodes`` from the state arrays."""
         idx = np.atleast_1d(np.asarray(nodes, dtype=np.int64))
-        free = self.free_milli[idx]
+        free = np.maximum(self.free_milli[idx], 0)  # absent or unhealthy GPUs may read -1
         self.total[idx] = free.sum(axis=1)
         self.lt[idx] = self.t_lt[free].sum(axis=1)
         self.ge[idx] = self.t_ge[free].sum(axis=1)
