@@ -1,0 +1,357 @@
+"""GpuPoolExecutor: Airflow's executor for GPU tasks, a thin adapter over the placement cycle.
+
+Configure it beside the default executor::
+
+    [core]
+    executor = LocalExecutor,GpuPool:gpu_pool.executor.GpuPoolExecutor
+
+A task opts in with ``executor="GpuPool"`` and ``executor_config={"gpu_pool": <spec>}``
+(what :func:`gpu_pool.spec.parse_request` accepts, without ``name``).
+
+Each heartbeat (``trigger_tasks``):
+
+1. admit newly queued GPU workloads as store requests (a bad spec fails the task at once);
+2. run one placement cycle (:class:`~gpu_pool.executor_support.cycle.PlacementCycle`);
+3. start each held workload whose request now has active allocations — a subprocess
+   ``python -m airflow.sdk.execution_time.execute_workload`` with ``CUDA_VISIBLE_DEVICES``
+   and the ``GPU_POOL_*`` variables (:mod:`gpu_pool.executor_support.env`), a fresh token,
+   and ``gpu://node/0,1`` reported as the external executor id.
+
+``sync`` reaps finished processes and releases their allocations (ledger rows), keeps the
+allocation of a task that deferred, and watches adopted or deferred tasks through the
+metadata database until they end.
+
+Design choices against Airflow's traps (see ``shared/design/airflow-3.3-notes.md``):
+
+* **Stuck in queued.** A GPU task may legitimately wait hours for capacity in QUEUED.
+  ``revoke_task`` raises ``NotImplementedError``, which makes the scheduler's stuck-in-queued
+  check skip this executor, so waiting GPU tasks are never requeued or failed by it.
+* **Shared parallelism.** ``slots_occupied`` counts only started tasks and
+  ``slots_available`` admits at most ``[gpu_pool] max_held_tasks`` waiting workloads, so
+  the rest of a GPU backlog stays SCHEDULED (ordered by ``priority_weight``) and ordinary
+  tasks keep the shared ``[core] parallelism``.
+* **Restarts.** Task processes run in their own session and outlive the scheduler;
+  ``try_adopt_task_instances`` adopts RUNNING GPU tasks whose allocation is active in the
+  store, and waiting (QUEUED) ones are handed back to be reset with their request cancelled.
+* **Several schedulers.** The store is the truth: placement is applied under the store's
+  lock and guard; each executor starts only what it holds, whoever placed it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.configuration import conf
+from airflow.executors.base_executor import BaseExecutor
+
+from gpu_pool.errors import GpuPoolError
+from gpu_pool.executor_support import airflow_reads
+from gpu_pool.executor_support.cycle import Binding, PlacementCycle
+from gpu_pool.executor_support.env import TaskAllocation
+from gpu_pool.executor_support.naming import external_id, request_name
+from gpu_pool.model import Outcome, Policy
+
+if TYPE_CHECKING:
+    from airflow.executors import workloads
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.taskinstancekey import TaskInstanceKey
+    from sqlalchemy.orm import Session
+
+SPEC_KEY = "gpu_pool"
+SECTION = "gpu_pool"
+_ALIVE = frozenset({"queued", "running", "restarting", "deferred", "scheduled", "up_for_reschedule"})
+
+
+@dataclass
+class _Started:
+    """A task process this executor started."""
+
+    key: TaskInstanceKey
+    ti_id: str
+    name: str
+    process: subprocess.Popen[bytes]
+    started: float
+
+
+@dataclass
+class _Watched:
+    """A GPU task alive elsewhere (adopted, or deferred to the triggerer)."""
+
+    key: TaskInstanceKey
+    ti_id: str
+    name: str
+    in_running: bool  # adopted: its key is in ``running`` and needs a final event
+
+
+def _policy_from(store: Any) -> Policy:
+    load = getattr(store, "load_policy", None)
+    return load() if callable(load) else Policy()
+
+
+class GpuPoolExecutor(BaseExecutor):
+    """Places GPU tasks on the fleet with the gpu-pool engine and runs them locally."""
+
+    is_local = True
+    serve_logs = True
+    supports_callbacks = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_held = conf.getint(SECTION, "max_held_tasks", fallback=64)
+        self.idle_replan_s = conf.getfloat(SECTION, "idle_replan_seconds", fallback=5.0)
+        self.watch_interval_s = conf.getfloat(SECTION, "watch_interval_seconds", fallback=2.0)
+        self.cycle: PlacementCycle | None = None
+        self._names: dict[TaskInstanceKey, str] = {}
+        self._started: dict[TaskInstanceKey, _Started] = {}
+        self._watched: dict[TaskInstanceKey, _Watched] = {}
+        self._last_watch = 0.0
+        self.last_cycle_seconds = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.cycle = self._build_cycle()
+        self.log.info("GpuPoolExecutor started (max_held_tasks=%s)", self.max_held)
+
+    def _build_cycle(self) -> PlacementCycle:
+        from gpu_pool.engine import plan
+        from gpu_pool.store import Store, resolve_db_url
+
+        store = Store.from_url(resolve_db_url(conf.get(SECTION, "store_url", fallback=None)))
+        store.migrate()
+        return PlacementCycle(
+            store=store,
+            policy=_policy_from(store),
+            planner=plan,
+            actor=f"executor@{socket.gethostname()}:{os.getpid()}",
+            data_ready=airflow_reads.assets_with_events,
+            idle_replan_s=self.idle_replan_s,
+        )
+
+    def end(self) -> None:
+        """Leave task processes running: a restarted scheduler adopts them."""
+        self.sync()
+        if self._started:
+            self.log.info("Leaving %d GPU task(s) running for adoption", len(self._started))
+
+    def terminate(self) -> None:
+        self.end()
+
+    # -- capacity ----------------------------------------------------------------------
+
+    @property
+    def slots_occupied(self) -> int:
+        return len(self.running)
+
+    @property
+    def slots_available(self) -> int:
+        return max(0, min(self.parallelism - len(self.running), self.max_held - len(self.queued_tasks)))
+
+    # -- heartbeat ---------------------------------------------------------------------
+
+    def trigger_tasks(self, open_slots: int) -> None:
+        cycle = self._require_cycle()
+        self._admit_new()
+        held = {self._names[k]: k for k in self.queued_tasks if k in self._names}
+        try:
+            report = cycle.run(held)
+        except GpuPoolError as error:
+            self.log.warning("Placement cycle skipped: %s", error)
+            return
+        self.last_cycle_seconds = report.seconds
+        if report.planned:
+            self.log.info(
+                "gpu-pool cycle: placed %d, pending %d, dropped %d (%s, %.3fs)",
+                len(report.placed), len(report.pending), len(report.dropped),
+                report.detail, report.seconds,
+            )
+        for binding in report.bindings[: max(0, open_slots)]:
+            key = held.get(binding.request_name)
+            if key is not None and key in self.queued_tasks:
+                self._start(key, binding)
+
+    def _admit_new(self) -> None:
+        from gpu_pool.spec import parse_request
+
+        cycle = self._require_cycle()
+        for key, workload in list(self.queued_tasks.items()):
+            if key in self._names:
+                continue
+            name = request_name(key)
+            spec = dict((workload.ti.executor_config or {}).get(SPEC_KEY) or {})
+            spec.pop("name", None)
+            try:
+                request = parse_request(
+                    {**spec, "name": name, "submitted_at": datetime.now(UTC)},
+                    policy=cycle.policy,
+                )
+                cycle.admit(request, _link(workload))
+            except GpuPoolError as error:
+                self.log.error("GPU task %s refused: %s", key, error)
+                self.queued_tasks.pop(key, None)
+                self.fail(key, info=f"gpu-pool: {error}")
+                continue
+            self._names[key] = name
+
+    def _start(self, key: TaskInstanceKey, binding: Binding) -> None:
+        from airflow.executors.workloads import ExecuteTask
+
+        workload: workloads.ExecuteTask = self.queued_tasks.pop(key)
+        self._watched.pop(key, None)
+        first = binding.allocations[0]
+        allocation = TaskAllocation(
+            request=binding.request_name,
+            node=first.node,
+            nodes=tuple(a.node for a in binding.allocations),
+            gpu_indices=first.gpu_indices,
+            gpu_milli=first.gpu_milli,
+            ssh_conn_id=self._ssh_conn_id(first.node),
+            allocation_id=first.id,
+        )
+        token = self.jwt_generator.generate(
+            extras={"sub": str(workload.ti.id), "scope": "workload"},
+            valid_for=max(conf.getfloat("scheduler", "task_queued_timeout"), 600.0),
+        ) if isinstance(workload, ExecuteTask) else ""
+        fresh = workload.model_copy(update={"token": token})
+        env = {**os.environ, **allocation.to_env()}
+        log_dir = Path(conf.get("logging", "base_log_folder")) / "gpu_pool_executor"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        with open(log_dir / f"{workload.ti.id}.log", "ab") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "airflow.sdk.execution_time.execute_workload",
+                 "--json-string", fresh.model_dump_json()],
+                env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, close_fds=True,
+            )
+        self.running.add(key)
+        self._started[key] = _Started(key, str(workload.ti.id), binding.request_name, process,
+                                      time.monotonic())
+        self.running_state(key, external_id(binding.parts))
+        self.log.info("Started %s on %s (pid %s)", key, external_id(binding.parts), process.pid)
+
+    def _ssh_conn_id(self, node_name: str) -> str | None:
+        store = self._require_cycle().store
+        for node in store.list_nodes():
+            if node.name == node_name:
+                return node.ssh_conn_id
+        return None
+
+    # -- completion --------------------------------------------------------------------
+
+    def sync(self) -> None:
+        if self.cycle is None:
+            return
+        finished = [s for s in self._started.values() if s.process.poll() is not None]
+        if finished:
+            states = airflow_reads.task_states(s.ti_id for s in finished)
+            for started in finished:
+                self._on_exit(started, states.get(started.ti_id))
+        now = time.monotonic()
+        if self._watched and now - self._last_watch >= self.watch_interval_s:
+            self._last_watch = now
+            states = airflow_reads.task_states(w.ti_id for w in self._watched.values())
+            for watched in list(self._watched.values()):
+                self._on_watch(watched, states.get(watched.ti_id))
+
+    def _on_exit(self, started: _Started, state: str | None) -> None:
+        del self._started[started.key]
+        if state == "deferred":
+            # The remote job runs on; the triggerer watches it. Keep the GPUs.
+            self.success(started.key)
+            self._watched[started.key] = _Watched(started.key, started.ti_id, started.name, False)
+            return
+        if state in ("queued", "running", "restarting"):
+            self.fail(started.key, info="gpu-pool: task process exited without a final state")
+        else:
+            self.success(started.key)
+        self._release(started.key, started.name, state)
+
+    def _on_watch(self, watched: _Watched, state: str | None) -> None:
+        if state in _ALIVE:
+            if state == "queued" and watched.key in self.queued_tasks:
+                del self._watched[watched.key]  # resumed after deferral: started again here
+            return
+        del self._watched[watched.key]
+        if watched.in_running:
+            if state == "success":
+                self.success(watched.key)
+            else:
+                self.fail(watched.key)
+        self._release(watched.key, watched.name, state)
+
+    def _release(self, key: TaskInstanceKey, name: str, state: str | None) -> None:
+        outcome = Outcome.SUCCESS if state == "success" else Outcome.FAILED
+        self._names.pop(key, None)
+        try:
+            self._require_cycle().release(name, outcome, reason=f"task {state or 'gone'}")
+        except GpuPoolError as error:
+            self.log.warning("Release of %s failed: %s", name, error)
+
+    # -- scheduler hooks ---------------------------------------------------------------
+
+    def revoke_task(self, *, ti: TaskInstance) -> None:
+        """Refused on purpose: a GPU task waiting in QUEUED for capacity is not stuck.
+
+        Raising ``NotImplementedError`` makes the scheduler's stuck-in-queued check skip
+        this executor, so a waiting GPU task is never requeued or failed by it.
+        """
+        raise NotImplementedError("GPU tasks wait in QUEUED for capacity by design")
+
+    def try_adopt_task_instances(self, tis: Sequence[TaskInstance]) -> Sequence[TaskInstance]:
+        cycle = self._require_cycle()
+        names = {ti.key: request_name(ti.key) for ti in tis}
+        active = {b.request_name for b in cycle.bindings(set(names.values()))}
+        not_adopted: list[TaskInstance] = []
+        for ti in tis:
+            name = names[ti.key]
+            if ti.state == "running" and name in active:
+                self.running.add(ti.key)
+                self._names[ti.key] = name
+                self._watched[ti.key] = _Watched(ti.key, str(ti.id), name, True)
+                self.log.info("Adopted GPU task %s (%s)", ti.key, ti.external_executor_id)
+                continue
+            not_adopted.append(ti)
+            if name in active:
+                cycle.release(name, Outcome.CANCELLED, reason="not adoptable: reset by scheduler")
+            else:
+                _cancel_pending(cycle, name)
+        return not_adopted
+
+    def queue_workload(self, workload: Any, session: Session) -> None:
+        super().queue_workload(workload, session)
+        self._require_cycle().mark_dirty()
+
+    def _require_cycle(self) -> PlacementCycle:
+        if self.cycle is None:
+            self.cycle = self._build_cycle()
+        return self.cycle
+
+
+def _link(workload: Any) -> dict[str, Any]:
+    ti = workload.ti
+    return {
+        "dag_id": ti.dag_id,
+        "task_id": ti.task_id,
+        "run_id": ti.run_id,
+        "map_index": ti.map_index,
+        "try_number": ti.try_number,
+        "executor_key": str(ti.id),
+    }
+
+
+def _cancel_pending(cycle: PlacementCycle, name: str) -> None:
+    cancel = getattr(cycle.store, "cancel_request", None)
+    if callable(cancel):
+        with contextlib.suppress(GpuPoolError):
+            cancel(name, actor=cycle.actor, reason="task reset by scheduler")
+    cycle.forget(name)

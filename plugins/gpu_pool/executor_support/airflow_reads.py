@@ -1,0 +1,49 @@
+"""The metadata-database reads the executor makes, inside the scheduler process.
+
+Only the scheduler side may read Airflow's database (task processes talk to the Execution
+API), so these helpers are for the executor alone. Each opens its own short session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import or_, select
+
+TERMINAL = frozenset({"success", "failed", "upstream_failed", "skipped", "removed"})
+
+
+def task_states(ti_ids: Iterable[str]) -> dict[str, str | None]:
+    """State of each task instance id; an id no longer in the table maps to ``"removed"``."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    ids = list(ti_ids)
+    if not ids:
+        return {}
+    with create_session() as session:
+        rows = session.execute(
+            select(TaskInstance.id, TaskInstance.state).where(TaskInstance.id.in_(ids))
+        ).all()
+    found = {str(row[0]): (str(row[1]) if row[1] is not None else None) for row in rows}
+    return {i: found.get(i, "removed") for i in ids}
+
+
+def assets_with_events(uris: Iterable[str]) -> set[str]:
+    """The dataset references (asset URI or name) that have at least one asset event."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    wanted = set(uris)
+    if not wanted:
+        return set()
+    with create_session() as session:
+        rows = session.execute(
+            select(AssetModel.uri, AssetModel.name)
+            .where(or_(AssetModel.uri.in_(wanted), AssetModel.name.in_(wanted)))
+            .where(select(AssetEvent.id).where(AssetEvent.asset_id == AssetModel.id).exists())
+        ).all()
+    ready: set[str] = set()
+    for uri, name in rows:
+        ready.update({uri, name} & wanted)
+    return ready

@@ -1,0 +1,164 @@
+"""One placement cycle of the executor, over the store and the engine — no Airflow here.
+
+A cycle reads top to bottom:
+
+1. **admit** — requests the executor holds but the store does not know yet are submitted
+   (idempotent: a request name is submitted once per process, and the store refuses a
+   second row with the same name);
+2. **snapshot** — ``store.load_snapshot(policy, now)`` in a short transaction;
+3. **readiness** — each pending request with a dataset is marked ready or not by the
+   injected ``data_ready`` oracle (Airflow asset events); a request whose data is not
+   ready keeps ``data_ready=False`` and the engine holds no GPU for it;
+4. **plan** — ``engine.plan(snapshot)`` outside any transaction, capped by the policy's
+   solver time;
+5. **apply** — ``store.apply_plan(plan, now, actor)`` in one guarded transaction; a plan
+   that lost a race against another scheduler is dropped and recomputed next cycle;
+6. **bind** — the store's active allocations of the requests this executor holds are
+   returned as :class:`Binding` objects: whoever placed them (this scheduler or another),
+   the holder starts them.
+
+Invariant: this module never starts or kills a process; it only changes the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from gpu_pool.engine.types import PendingReason, Plan
+from gpu_pool.model import Allocation, Outcome, Policy, Request
+
+Clock = Callable[[], datetime]
+DataReady = Callable[[Iterable[str]], set[str]]  # dataset URIs -> those with an event
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Binding:
+    """The allocations a held request got: one per node (several for a gang)."""
+
+    request_name: str
+    allocations: tuple[Allocation, ...]
+
+    @property
+    def parts(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        return tuple((a.node, a.gpu_indices) for a in self.allocations)
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    """What one cycle did, for logs, metrics and the bench."""
+
+    planned: bool
+    placed: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+    pending: tuple[PendingReason, ...] = ()
+    bindings: tuple[Binding, ...] = ()
+    seconds: float = 0.0
+    detail: str = ""
+
+
+@dataclass
+class PlacementCycle:
+    """The executor's store-facing half. ``store`` is a :class:`gpu_pool.store.Store`."""
+
+    store: Any
+    policy: Policy
+    planner: Callable[[Any], Plan]
+    actor: str
+    clock: Clock = utcnow
+    data_ready: DataReady | None = None
+    # Plan at least this often even when nothing changed here (another scheduler's
+    # releases, a node coming back, an asset event).
+    idle_replan_s: float = 5.0
+    _submitted: set[str] = field(default_factory=set)
+    _dirty: bool = True
+    _last_plan: float = 0.0
+
+    def admit(self, request: Request, link: Mapping[str, Any]) -> None:
+        """Record ``request`` in the store once; ``link`` names its Airflow task instance."""
+        if request.name in self._submitted:
+            return
+        self.store.submit_request(request, actor=self.actor, **dict(link))
+        self._submitted.add(request.name)
+        self._dirty = True
+
+    def forget(self, name: str) -> None:
+        self._submitted.discard(name)
+
+    def mark_dirty(self) -> None:
+        self._dirty = True
+
+    def run(self, held: Iterable[str]) -> CycleReport:
+        """One cycle; returns the bindings of the ``held`` request names."""
+        started = time.monotonic()
+        held_names = set(held)
+        report = CycleReport(planned=False)
+        if held_names and (self._dirty or started - self._last_plan >= self.idle_replan_s):
+            report = self._plan_and_apply()
+        bindings = self.bindings(held_names)
+        return dataclasses.replace(
+            report, bindings=bindings, seconds=time.monotonic() - started
+        )
+
+    def _plan_and_apply(self) -> CycleReport:
+        now = self.clock()
+        self._dirty = False
+        self._last_plan = time.monotonic()
+        snapshot = self.store.load_snapshot(self.policy, now)
+        if not snapshot.requests:
+            return CycleReport(planned=False, detail="no pending requests")
+        snapshot = self._with_readiness(snapshot)
+        plan = self.planner(snapshot)
+        result = self.store.apply_plan(plan, now, self.actor)
+        placed = tuple(_names(getattr(result, "applied", None), plan))
+        dropped = tuple(_names(getattr(result, "dropped", ()), None))
+        return CycleReport(
+            planned=True, placed=placed, dropped=dropped, pending=plan.pending,
+            detail=f"{plan.stats.status} in {plan.stats.wall_seconds:.3f}s",
+        )
+
+    def _with_readiness(self, snapshot: Any) -> Any:
+        if self.data_ready is None:
+            return snapshot
+        uris = {r.dataset.uri for r in snapshot.requests if r.dataset is not None}
+        if not uris:
+            return snapshot
+        ready = self.data_ready(uris)
+        requests = tuple(
+            dataclasses.replace(r, data_ready=r.dataset.uri in ready)
+            if r.dataset is not None else r
+            for r in snapshot.requests
+        )
+        return dataclasses.replace(snapshot, requests=requests)
+
+    def bindings(self, held: set[str]) -> tuple[Binding, ...]:
+        if not held:
+            return ()
+        by_request: dict[str, list[Allocation]] = {}
+        for allocation in self.store.active_allocations():
+            if allocation.request_name in held:
+                by_request.setdefault(allocation.request_name, []).append(allocation)
+        return tuple(
+            Binding(name, tuple(sorted(allocs, key=lambda a: a.node)))
+            for name, allocs in sorted(by_request.items())
+        )
+
+    def release(self, name: str, outcome: Outcome, reason: str) -> None:
+        """End the request's allocations (ledger rows written by the store)."""
+        self.store.release_request(name, outcome, actor=self.actor, reason=reason, now=self.clock())
+        self._submitted.discard(name)
+        self._dirty = True
+
+
+def _names(items: Any, plan: Plan | None) -> Iterable[str]:
+    if items is None:
+        return [p.request_name for p in plan.placements] if plan else []
+    return [getattr(i, "request_name", i) for i in items]
