@@ -1,0 +1,341 @@
+"""Pure builders of the shell commands that run one GPU job on a node, and their parsers.
+
+Nothing here does I/O: each ``build_*`` function returns one POSIX shell command to send
+over SSH, each ``parse_*`` function reads what such a command printed. The runner
+(:mod:`gpu_pool.remote.runner`, sync) and the trigger
+(:mod:`gpu_pool.triggers.remote_job`, async) send them.
+
+Terms
+-----
+job
+    One run of one command on one node, under ``<base_dir>/<job_id>/`` (:class:`RemoteJob`).
+job group
+    The process group (and session) the command runs in. Its id (the *pgid*) is the pid of
+    the job's leader, written to ``pid``. Killing the job signals the whole group.
+monitor
+    A small shell in its own session (outside the job group) that starts the group, waits
+    for it, and writes the exit status to ``exit`` (atomically, via ``exit.tmp``). It also
+    enforces the time limit on the node itself, so a job is stopped on time even when no
+    Airflow component is watching.
+
+Files of a job directory: ``log`` (stdout and stderr of the command), ``pid`` (the pgid),
+``monitor.pid``, ``started`` (UTC epoch seconds), ``exit`` (the exit status: 128+N when the
+command died of signal N), ``killed`` (why it was killed: ``time_limit``, ``cancelled``...).
+
+Invariants
+----------
+* Every value that reaches a command (paths, job id, environment values, the user's command
+  itself) passes through :func:`shlex.quote` at every level of nesting; environment names
+  and kill reasons are checked against strict patterns. The user's command is interpreted
+  by a shell exactly once, as its author wrote it; nothing else is ever interpreted.
+* ``CUDA_VISIBLE_DEVICES`` and the ``GPU_POOL_*`` variables are exported *inside* the remote
+  command (sshd's ``AcceptEnv`` would drop SSH environment requests).
+* A kill signals the group with SIGTERM, waits the grace period, then SIGKILL; a pgid of 0
+  or 1 (a broadcast) is never signalled.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import secrets
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpu_pool.errors import SpecError
+
+DEFAULT_BASE_DIR = "/tmp/gpu-pool-jobs"
+DEFAULT_KILL_GRACE_S = 10.0
+STATUS_TAG = "gpu-pool-status"
+KILL_TAG = "gpu-pool-kill"
+START_TAG = "gpu-pool-started"
+
+_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_REASON = re.compile(r"^[a-z][a-z_]{0,31}$")
+_BASE_DIR = re.compile(r"^/[A-Za-z0-9_./-]*$")
+# Variables the allocation owns: a task's own environment may not override them.
+RESERVED_ENV = ("CUDA_VISIBLE_DEVICES", "GPU_POOL_")
+
+
+@dataclass(frozen=True)
+class RemoteJob:
+    """Where one job lives on its node (all paths derive from ``base_dir`` and ``job_id``)."""
+
+    job_id: str
+    base_dir: str = DEFAULT_BASE_DIR
+
+    def __post_init__(self) -> None:
+        if not _JOB_ID.match(self.job_id):
+            raise SpecError("job_id", self.job_id, "1-200 characters: letters, digits, . _ -")
+        if not _BASE_DIR.match(self.base_dir) or ".." in self.base_dir or self.base_dir == "/":
+            raise SpecError("remote_base_dir", self.base_dir, "an absolute directory path "
+                            "below / of letters, digits and . _ / - (no '..')")
+
+    @property
+    def job_dir(self) -> str:
+        return f"{self.base_dir.rstrip('/')}/{self.job_id}"
+
+    def path(self, name: str) -> str:
+        return f"{self.job_dir}/{name}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"job_id": self.job_id, "base_dir": self.base_dir}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, str]) -> RemoteJob:
+        return cls(job_id=data["job_id"], base_dir=data.get("base_dir", DEFAULT_BASE_DIR))
+
+
+def make_job_id(*parts: str, suffix_length: int = 8) -> str:
+    """A job id from readable parts (request, node, try) and a random suffix."""
+    readable = "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", p).strip("-.")[:60] for p in parts if p)
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    suffix = "".join(secrets.choice(alphabet) for _ in range(suffix_length))
+    return f"{readable}_{suffix}" if readable else f"job_{suffix}"
+
+
+@dataclass(frozen=True)
+class JobPlacement:
+    """What the remote command is told about its allocation on this node."""
+
+    node: str
+    gpu_indices: tuple[int, ...]
+    request: str
+    gpu_milli: int = 1000
+    allocation_id: str | None = None
+    node_rank: int = 0
+    node_count: int = 1
+    nodes: tuple[str, ...] = ()  # every node of a gang, rank order
+
+    def __post_init__(self) -> None:
+        for index in self.gpu_indices:
+            if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+                raise SpecError("gpu_indices", self.gpu_indices, "non-negative GPU indices")
+        if not 0 < self.gpu_milli <= 1000:
+            raise SpecError("gpu_milli", self.gpu_milli, "1..1000 thousandths of a GPU")
+
+
+def job_environment(placement: JobPlacement, job: RemoteJob,
+                    extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables exported to the command: the allocation's, then the task's own.
+
+    ``GPU_POOL_ALLOCATION`` reads ``gpu://<node>/<indices>`` (``@<milli>m`` for a share).
+    """
+    gpus = ",".join(str(i) for i in placement.gpu_indices)
+    share = f"@{placement.gpu_milli}m" if placement.gpu_milli < 1000 else ""
+    env = {
+        "CUDA_VISIBLE_DEVICES": gpus,
+        "GPU_POOL_NODE": placement.node,
+        "GPU_POOL_GPUS": gpus,
+        "GPU_POOL_GPU_MILLI": str(placement.gpu_milli),
+        "GPU_POOL_REQUEST": placement.request,
+        "GPU_POOL_ALLOCATION": f"gpu://{placement.node}/{gpus}{share}",
+        "GPU_POOL_ALLOCATION_ID": placement.allocation_id or "",
+        "GPU_POOL_JOB_ID": job.job_id,
+        "GPU_POOL_JOB_DIR": job.job_dir,
+        "GPU_POOL_NODE_RANK": str(placement.node_rank),
+        "GPU_POOL_NODE_COUNT": str(placement.node_count),
+        "GPU_POOL_NODES": ",".join(placement.nodes or (placement.node,)),
+    }
+    for name, value in (extra or {}).items():
+        check_env_name(name)
+        if name == RESERVED_ENV[0] or name.startswith(RESERVED_ENV[1]):
+            raise SpecError("environment", name, "a variable other than CUDA_VISIBLE_DEVICES "
+                            "and GPU_POOL_* (those describe the allocation)")
+        env[name] = str(value)
+    for name, value in env.items():
+        if "\x00" in value:
+            raise SpecError(f"environment.{name}", value, "a value without NUL characters")
+    return env
+
+
+def check_env_name(name: str) -> str:
+    if not isinstance(name, str) or not _ENV_NAME.match(name):
+        raise SpecError("environment", name, "a variable name of letters, digits and _ "
+                        "(not starting with a digit)")
+    return name
+
+
+def _exports(env: Mapping[str, str]) -> str:
+    return "".join(f"export {check_env_name(k)}={shlex.quote(v)}\n" for k, v in env.items())
+
+
+def _kill_script(job: RemoteJob, grace_s: float, reason: str) -> str:
+    """Shell that kills the job group: SIGTERM, ``grace_s``, SIGKILL; prints one status line.
+
+    Prints ``gpu-pool-kill absent`` (no live group), ``terminated`` (gone within the grace
+    period), ``killed`` (needed SIGKILL) or ``survived`` (still there after SIGKILL).
+    """
+    if not _REASON.match(reason):
+        raise SpecError("reason", reason, "lower-case letters and _ (e.g. 'cancelled')")
+    ticks = max(1, int(round(grace_s * 10)))
+    d = shlex.quote(job.job_dir)
+    return f"""d={d}
+p=$(cat "$d/pid" 2>/dev/null || true)
+case "$p" in ''|*[!0-9]*) p=0 ;; esac
+if [ "$p" -le 1 ] || ! kill -0 -- "-$p" 2>/dev/null; then echo '{KILL_TAG} absent'; exit 0; fi
+[ -s "$d/killed" ] || printf '%s' {reason} > "$d/killed"
+kill -TERM -- "-$p" 2>/dev/null
+i=0
+while kill -0 -- "-$p" 2>/dev/null && [ "$i" -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done
+if ! kill -0 -- "-$p" 2>/dev/null; then echo '{KILL_TAG} terminated'; exit 0; fi
+kill -KILL -- "-$p" 2>/dev/null
+i=0
+while kill -0 -- "-$p" 2>/dev/null && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+if kill -0 -- "-$p" 2>/dev/null; then echo '{KILL_TAG} survived'; else echo '{KILL_TAG} killed'; fi
+"""
+
+
+def build_start_command(command: str, job: RemoteJob, env: Mapping[str, str], *,
+                        time_limit_s: float | None = None,
+                        kill_grace_s: float = DEFAULT_KILL_GRACE_S) -> str:
+    """The command that starts ``command`` detached in its own process group.
+
+    It prints ``gpu-pool-started <job_id> <pgid>`` once the group exists, and fails (exit
+    status ≠ 0) if the job directory already exists or ``setsid`` is missing.
+    """
+    if not isinstance(command, str) or not command.strip():
+        raise SpecError("command", command, "a non-empty shell command to run on the node")
+    d = shlex.quote(job.job_dir)
+    # The job group's leader: records its pid (== pgid == sid after setsid), then becomes
+    # the author's command, interpreted by bash once.
+    leader = f"printf '%s' \"$$\" > {d}/pid\n{_exports(env)}exec bash -c {shlex.quote(command)}\n"
+    watchdog = ""
+    if time_limit_s is not None:
+        kill = _kill_script(job, kill_grace_s, "time_limit")
+        watchdog = (
+            f"deadline=$(( $(date +%s) + {int(round(time_limit_s))} ))\n"
+            f"( while [ ! -e {d}/exit ] && [ \"$(date +%s)\" -lt \"$deadline\" ]; do sleep 1; done\n"
+            f"  [ -e {d}/exit ] || bash -c {shlex.quote(kill)} ) </dev/null >/dev/null 2>&1 &\n"
+        )
+    monitor = (
+        f"printf '%s' \"$$\" > {d}/monitor.pid\n"
+        f"date -u +%s > {d}/started\n"
+        f"setsid -w bash -c {shlex.quote(leader)} </dev/null >>{d}/log 2>&1 &\n"
+        "child=$!\n"
+        f"{watchdog}"
+        "wait \"$child\"\n"
+        "ec=$?\n"
+        f"printf '%s' \"$ec\" > {d}/exit.tmp && mv -f {d}/exit.tmp {d}/exit\n"
+    )
+    base = shlex.quote(job.base_dir)
+    return f"""set -eu
+umask 077
+command -v setsid >/dev/null 2>&1 || {{ echo 'gpu-pool: setsid not found on the node' >&2; exit 127; }}
+mkdir -p {base}
+mkdir {d}
+: > {d}/log
+setsid bash -c {shlex.quote(monitor)} </dev/null >/dev/null 2>&1 &
+i=0
+while [ ! -s {d}/pid ] && [ "$i" -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+[ -s {d}/pid ] || {{ echo 'gpu-pool: the job did not start' >&2; exit 1; }}
+echo "{START_TAG} {job.job_id} $(cat {d}/pid)"
+"""
+
+
+def parse_start_output(text: str, job: RemoteJob) -> int:
+    """The pgid from the start command's output; :class:`RemoteJobError` if absent."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == START_TAG and parts[1] == job.job_id \
+                and parts[2].isdigit():
+            return int(parts[2])
+    raise RemoteJobError(f"job {job.job_id}: no start confirmation in {text[-500:]!r}")
+
+
+class JobState(enum.StrEnum):
+    RUNNING = "running"
+    EXITED = "exited"
+    LOST = "lost"  # no exit status and no monitor: the node rebooted or the job was SIGKILLed
+    MISSING = "missing"  # no job directory on the node
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    state: JobState
+    exit_code: int | None = None
+    group_alive: bool = False
+    log_size: int = 0
+    killed_reason: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.state is not JobState.RUNNING
+
+
+class RemoteJobError(Exception):
+    """A node answered something a job command never prints (or did not answer)."""
+
+
+def build_poll_command(job: RemoteJob) -> str:
+    """Prints ``gpu-pool-status <exit|-> <group alive 0|1> <monitor alive 0|1> <log bytes>
+    <killed reason|->``, or ``gpu-pool-status missing``."""
+    d = shlex.quote(job.job_dir)
+    alive = ("case \"$p\" in ''|*[!0-9]*) p=0 ;; esac\n"
+             "if [ \"$p\" -gt 1 ] && kill -0 -- \"$s$p\" 2>/dev/null; then echo 1; else echo 0; fi")
+    return f"""d={d}
+if [ ! -d "$d" ]; then echo '{STATUS_TAG} missing'; exit 0; fi
+ec=-; [ -s "$d/exit" ] && ec=$(cat "$d/exit")
+g=$(p=$(cat "$d/pid" 2>/dev/null || true); s=-; {alive})
+m=$(p=$(cat "$d/monitor.pid" 2>/dev/null || true); s=; {alive})
+size=$(stat -c%s "$d/log" 2>/dev/null || echo 0)
+k=-; [ -s "$d/killed" ] && k=$(head -c 32 "$d/killed" | tr -c 'a-z_' '_')
+echo "{STATUS_TAG} $ec $g $m $size $k"
+"""
+
+
+def parse_poll_output(text: str) -> JobStatus:
+    lines = [line for line in text.splitlines() if line.startswith(STATUS_TAG)]
+    if not lines:
+        raise RemoteJobError(f"no job status in the node's answer {text[-500:]!r}")
+    parts = lines[-1].split()
+    if parts[1:] == ["missing"]:
+        return JobStatus(JobState.MISSING)
+    if len(parts) != 6 or not all(p.isdigit() for p in parts[2:5]):
+        raise RemoteJobError(f"malformed job status {lines[-1]!r}")
+    _, code, group, monitor, size, killed = parts
+    reason = None if killed == "-" else killed
+    if code != "-":
+        if not code.isdigit():
+            raise RemoteJobError(f"malformed exit status {code!r}")
+        return JobStatus(JobState.EXITED, int(code), group == "1", int(size), reason)
+    state = JobState.RUNNING if monitor == "1" or group == "1" else JobState.LOST
+    return JobStatus(state, None, group == "1", int(size), reason)
+
+
+def build_kill_command(job: RemoteJob, *, grace_s: float = DEFAULT_KILL_GRACE_S,
+                       reason: str = "cancelled", detach: bool = False) -> str:
+    """Kill the job group (see :func:`_kill_script`).
+
+    With ``detach``, the kill runs on the node in its own session and the command returns
+    at once (``gpu-pool-kill sent``): for callers that may not wait out the grace period.
+    """
+    script = _kill_script(job, grace_s, reason)
+    if not detach:
+        return script
+    return (f"setsid bash -c {shlex.quote(script)} </dev/null >/dev/null 2>&1 &\n"
+            f"echo '{KILL_TAG} sent'\n")
+
+
+def parse_kill_output(text: str) -> str:
+    """``absent``, ``terminated``, ``killed``, ``survived`` or ``sent``."""
+    for line in reversed(text.splitlines()):
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == KILL_TAG:
+            return parts[1]
+    raise RemoteJobError(f"no kill result in the node's answer {text[-500:]!r}")
+
+
+def build_log_read_command(job: RemoteJob, offset: int, max_bytes: int = 65536) -> str:
+    """Up to ``max_bytes`` of the job's log from byte ``offset``."""
+    if offset < 0 or max_bytes <= 0:
+        raise SpecError("offset", offset, "a non-negative offset and a positive size")
+    return (f"tail -c +{int(offset) + 1} {shlex.quote(job.path('log'))} 2>/dev/null "
+            f"| head -c {int(max_bytes)} || true")
+
+
+def build_cleanup_command(job: RemoteJob) -> str:
+    """Remove the job directory (only ever a directory under the base directory)."""
+    return f"rm -rf -- {shlex.quote(job.job_dir)}"

@@ -1,0 +1,200 @@
+"""The pure job-command builders, executed by a local bash (no SSH needed to test quoting)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpu_pool.errors import SpecError
+from gpu_pool.remote.allocation import ENV_JSON, NodeSlot, TaskAllocation
+from gpu_pool.remote.job import (
+    JobPlacement,
+    JobState,
+    JobStatus,
+    RemoteJob,
+    RemoteJobError,
+    _exports,
+    build_kill_command,
+    build_poll_command,
+    build_start_command,
+    job_environment,
+    make_job_id,
+    parse_kill_output,
+    parse_poll_output,
+    parse_start_output,
+)
+
+HOSTILE = [
+    "'; touch {marker}; echo '",
+    '"; touch {marker}; echo "',
+    "$(touch {marker})",
+    "`touch {marker}`",
+    "x\ntouch {marker}\n",
+    "a b\tc; touch {marker} &",
+    "\\'$(touch {marker})\\'",
+]
+
+
+def bash(script: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def wait_done(job: RemoteJob, timeout: float = 10) -> JobStatus:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = parse_poll_output(bash(build_poll_command(job)).stdout)
+        if status.done:
+            return status
+        time.sleep(0.05)
+    raise AssertionError(f"job {job.job_id} still running after {timeout}s")
+
+
+@pytest.mark.parametrize("template", HOSTILE)
+def test_hostile_environment_values_arrive_verbatim_and_run_nothing(
+        template: str, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    value = template.format(marker=marker)
+    job = RemoteJob(make_job_id("req"), base_dir=str(tmp_path / "jobs"))
+    placement = JobPlacement(node=value, gpu_indices=(0, 2), request=value,
+                             allocation_id=value)
+    env = job_environment(placement, job, {"TASK_NOTE": value})
+    out = tmp_path / "seen"
+    command = f"printf '%s\\0' \"$TASK_NOTE\" \"$GPU_POOL_NODE\" \"$GPU_POOL_REQUEST\" > {out}"
+    start = bash(build_start_command(command, job, env))
+    assert start.returncode == 0, start.stderr
+    assert parse_start_output(start.stdout, job) > 1
+    status = wait_done(job)
+    assert (status.state, status.exit_code) == (JobState.EXITED, 0)
+    assert out.read_bytes().split(b"\0")[:3] == [value.encode()] * 3
+    assert not marker.exists()
+
+
+def test_the_command_is_interpreted_once_as_written(tmp_path: Path) -> None:
+    job = RemoteJob(make_job_id("req"), base_dir=str(tmp_path / "jobs"))
+    command = "echo '$HOME' \"it's\" $((6*7)); echo err >&2; exit 7"
+    assert bash(build_start_command(command, job, {})).returncode == 0
+    status = wait_done(job)
+    assert (status.exit_code, status.log_size) == (7, len("$HOME it's 42\nerr\n"))
+    assert Path(job.path("log")).read_text() == "$HOME it's 42\nerr\n"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.from_regex(r"[A-Z][A-Z0-9_]{0,8}", fullmatch=True),
+                       st.text(st.characters(blacklist_characters="\x00",
+                                             blacklist_categories=("Cs",)), max_size=40),
+                       max_size=4))
+def test_exports_round_trip_any_value(env: dict[str, str]) -> None:
+    script = _exports(env) + "".join(f"printf '%s\\0' \"${name}\"\n" for name in env)
+    result = subprocess.run(["bash", "-c", script], capture_output=True, check=True)
+    assert result.stdout.split(b"\0")[:-1] == [v.encode() for v in env.values()]
+
+
+def test_job_environment_exports_the_allocation() -> None:
+    job = RemoteJob("j1", "/srv/jobs")
+    env = job_environment(JobPlacement("node-a", (1, 3), "r1", gpu_milli=250,
+                                       allocation_id="a-9"), job)
+    assert env["CUDA_VISIBLE_DEVICES"] == "1,3" == env["GPU_POOL_GPUS"]
+    assert env["GPU_POOL_ALLOCATION"] == "gpu://node-a/1,3@250m"
+    assert (env["GPU_POOL_GPU_MILLI"], env["GPU_POOL_ALLOCATION_ID"]) == ("250", "a-9")
+    assert env["GPU_POOL_JOB_DIR"] == "/srv/jobs/j1"
+
+
+@pytest.mark.parametrize("name", ["CUDA_VISIBLE_DEVICES", "GPU_POOL_NODE", "1X", "A-B",
+                                  "A;touch x", "", "X Y"])
+def test_bad_or_reserved_environment_names_are_refused(name: str) -> None:
+    with pytest.raises(SpecError) as info:
+        job_environment(JobPlacement("n", (0,), "r"), RemoteJob("j"), {name: "v"})
+    assert info.value.field == "environment"
+
+
+@pytest.mark.parametrize(("job_id", "base_dir"), [
+    ("../etc", "/tmp/x"), ("a b", "/tmp/x"), ("a;b", "/tmp/x"), ("$(x)", "/tmp/x"),
+    ("ok", "relative"), ("ok", "/tmp/../etc"), ("ok", "/tmp/x y"), ("ok", "/"),
+    ("ok", "/tmp/$(x)"), ("", "/tmp/x"),
+])
+def test_unsafe_job_paths_are_refused(job_id: str, base_dir: str) -> None:
+    with pytest.raises(SpecError):
+        RemoteJob(job_id, base_dir)
+
+
+def test_make_job_id_is_safe_for_any_parts() -> None:
+    job_id = make_job_id("dag/1;rm -rf", "$(task)", "run 2")
+    RemoteJob(job_id)  # valid
+    assert job_id != make_job_id("dag/1;rm -rf", "$(task)", "run 2")
+
+
+def test_a_second_start_of_the_same_job_is_refused(tmp_path: Path) -> None:
+    job = RemoteJob("dup", str(tmp_path))
+    assert bash(build_start_command("true", job, {})).returncode == 0
+    second = bash(build_start_command("echo again", job, {}))
+    assert second.returncode != 0
+    wait_done(job)
+    assert Path(job.path("log")).read_text() == ""
+
+
+def test_local_kill_stops_the_whole_group(tmp_path: Path) -> None:
+    job = RemoteJob("k", str(tmp_path))
+    command = "trap '' TERM; sleep 300 & sleep 300"
+    pgid = parse_start_output(bash(build_start_command(command, job, {})).stdout, job)
+    assert bash(f"kill -0 -- -{pgid}").returncode == 0
+    result = bash(build_kill_command(job, grace_s=0.3, reason="cancelled"))
+    assert parse_kill_output(result.stdout) == "killed"
+    assert bash(f"kill -0 -- -{pgid}").returncode != 0
+    status = wait_done(job)
+    assert (status.exit_code, status.killed_reason) == (137, "cancelled")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("gpu-pool-status missing\n", JobStatus(JobState.MISSING)),
+    ("gpu-pool-status - 1 1 12 -\n", JobStatus(JobState.RUNNING, None, True, 12)),
+    ("gpu-pool-status - 0 1 12 -\n", JobStatus(JobState.RUNNING, None, False, 12)),
+    ("gpu-pool-status - 0 0 12 -\n", JobStatus(JobState.LOST, None, False, 12)),
+    ("motd\ngpu-pool-status 0 0 0 5 -\n", JobStatus(JobState.EXITED, 0, False, 5)),
+    ("gpu-pool-status 143 0 0 5 time_limit\n",
+     JobStatus(JobState.EXITED, 143, False, 5, "time_limit")),
+])
+def test_parse_poll_output(text: str, expected: JobStatus) -> None:
+    assert parse_poll_output(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "hello", "gpu-pool-status 1 2", "gpu-pool-status x 0 0 1 -",
+                                  "gpu-pool-status - a b c -"])
+def test_malformed_poll_output_is_an_error(text: str) -> None:
+    with pytest.raises(RemoteJobError):
+        parse_poll_output(text)
+
+
+def test_kill_reason_must_be_a_plain_word() -> None:
+    with pytest.raises(SpecError):
+        build_kill_command(RemoteJob("j"), reason="x; rm -rf /")
+
+
+def test_empty_command_is_refused() -> None:
+    with pytest.raises(SpecError) as info:
+        build_start_command("  ", RemoteJob("j"), {})
+    assert info.value.field == "command"
+
+
+def test_task_allocation_env_round_trip() -> None:
+    alloc = TaskAllocation("r1", (NodeSlot("node-a", "gpu_node_a", (0, 1), 1000, "a1"),
+                                  NodeSlot("node-b", "gpu_node_b", (2, 3), 1000, "a2")))
+    env = alloc.to_env()
+    assert TaskAllocation.from_env(env) == alloc
+    assert alloc.external_id == "gpu://node-a/0,1+node-b/2,3"
+    flat = {k: v for k, v in env.items() if k != ENV_JSON}
+    assert TaskAllocation.from_env(flat) == TaskAllocation("r1", alloc.slots[:1])
+    ranks = [(p.node, p.node_rank, p.node_count) for p in alloc.placements()]
+    assert ranks == [("node-a", 0, 2), ("node-b", 1, 2)]
+    assert TaskAllocation.from_env({}) is None
+    with pytest.raises(SpecError):
+        TaskAllocation.from_env({ENV_JSON: "{not json"})
+    with pytest.raises(SpecError):
+        TaskAllocation.from_env({"GPU_POOL_NODE": "n", "GPU_POOL_SSH_CONN_ID": "c",
+                                 "GPU_POOL_GPU_INDICES": "0,x"})
+
