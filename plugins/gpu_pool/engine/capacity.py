@@ -1,0 +1,243 @@
+"""Free capacity of the fleet as numpy arrays, updated incrementally.
+
+Terms
+-----
+row
+    Node ``i`` of :attr:`FleetState.names`; ``gpu_free[i, j]`` is the free milli of the j-th
+    GPU of that node (position in ``Node.gpus``; ``gpu_index[i, j]`` is its device index).
+whole-free GPU
+    A healthy GPU with all 1000 milli free. ``whole_free[i]`` counts them on row ``i``.
+schedulable
+    ``up[i]``: the node is up; draining and down nodes get nothing new, though their
+    existing allocations still hold capacity.
+
+Invariants
+----------
+* ``gpu_free`` is -1 where a node has no GPU at that position or the GPU is unhealthy, so
+  no comparison ``gpu_free >= m`` (m >= 1) ever selects it; otherwise 0 <= value <= 1000.
+* ``cpu_free`` and ``mem_free`` never go below zero: :meth:`FleetState.apply` refuses an
+  over-allocation with :class:`ValueError` and changes nothing.
+* ``whole_free[i] == (gpu_free[i] == 1000).sum()`` after every public method.
+* Free capacity is derived from allocations (:meth:`from_snapshot`), never stored apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpu_pool.engine.compat import node_gpu_memory
+from gpu_pool.engine.fragmentation import FleetFragmentation, WorkloadMix
+from gpu_pool.engine.types import NodeAssignment, Placement, Snapshot
+from gpu_pool.model import MILLI_PER_GPU, Allocation, Node
+
+_NO_GPU = -1
+
+
+@dataclass(frozen=True)
+class FleetLayout:
+    """The static part shared by every copy of a state: names, models, zones, GPU indices."""
+
+    nodes: tuple[Node, ...]
+    names: tuple[str, ...]
+    row_of: Mapping[str, int]
+    models: tuple[str | None, ...]  # model of each row (None: no GPUs)
+    zones: tuple[str, ...]
+    gpu_index: np.ndarray  # (N, G) device index, -1 where absent
+    gpu_count: np.ndarray  # (N,) GPUs of the node, healthy or not
+    gpu_memory: np.ndarray  # (N,) MiB per GPU
+    bandwidth: np.ndarray  # (N,) MB/s to the zone's storage
+    cpu_total: np.ndarray
+    mem_total: np.ndarray
+    column_of: tuple[Mapping[int, int], ...]  # per row: device index -> column
+    model_rows: Mapping[str | None, np.ndarray]  # model -> boolean row mask
+    zone_rows: Mapping[str, np.ndarray]  # zone -> boolean row mask
+    # Static per-request views, shared by every state over this layout (see objective.py).
+    views: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+class FleetState:
+    """Mutable free capacity over an immutable :class:`FleetLayout`.
+
+    Cheap to :meth:`copy` (a few array copies), so a planner works on its own copy and
+    callers (the simulator) keep one state across calls and :meth:`apply` each plan.
+    """
+
+    __slots__ = ("layout", "gpu_free", "cpu_free", "mem_free", "whole_free", "up", "_frag")
+
+    def __init__(self, layout: FleetLayout, gpu_free: np.ndarray, cpu_free: np.ndarray,
+                 mem_free: np.ndarray, up: np.ndarray) -> None:
+        self.layout = layout
+        self.gpu_free = gpu_free
+        self.cpu_free = cpu_free
+        self.mem_free = mem_free
+        self.up = up
+        self.whole_free = (gpu_free == MILLI_PER_GPU).sum(axis=1).astype(np.int64)
+        # FGD caches over these very arrays, keyed by mix; refreshed on every update.
+        self._frag: dict[WorkloadMix, FleetFragmentation] = {}
+
+    # construction ---------------------------------------------------------------------
+    @classmethod
+    def from_nodes(cls, nodes: Sequence[Node]) -> FleetState:
+        """An empty fleet: every healthy GPU, all CPU and RAM free."""
+        nodes = tuple(nodes)
+        n = len(nodes)
+        width = max((len(x.gpus) for x in nodes), default=0)
+        gpu_index = np.full((n, max(width, 1)), _NO_GPU, dtype=np.int64)
+        gpu_free = np.full((n, max(width, 1)), _NO_GPU, dtype=np.int64)
+        columns: list[dict[int, int]] = []
+        for i, node in enumerate(nodes):
+            cols: dict[int, int] = {}
+            for j, gpu in enumerate(node.gpus):
+                gpu_index[i, j] = gpu.index
+                gpu_free[i, j] = MILLI_PER_GPU if gpu.healthy else _NO_GPU
+                cols[gpu.index] = j
+            columns.append(cols)
+        names = tuple(x.name for x in nodes)
+        layout = FleetLayout(
+            nodes=nodes,
+            names=names,
+            row_of={name: i for i, name in enumerate(names)},
+            models=tuple(x.gpu_model for x in nodes),
+            zones=tuple(x.zone for x in nodes),
+            gpu_index=gpu_index,
+            gpu_count=np.array([len(x.gpus) for x in nodes], dtype=np.int64),
+            gpu_memory=np.array([node_gpu_memory(x) for x in nodes], dtype=np.int64),
+            bandwidth=np.array([x.bandwidth_mb_s for x in nodes], dtype=np.float64),
+            cpu_total=np.array([x.cpu_milli for x in nodes], dtype=np.int64),
+            mem_total=np.array([x.memory_mib for x in nodes], dtype=np.int64),
+            column_of=tuple(columns),
+            model_rows={m: np.array([x.gpu_model == m for x in nodes], dtype=bool)
+                        for m in {x.gpu_model for x in nodes}},
+            zone_rows={z: np.array([x.zone == z for x in nodes], dtype=bool)
+                       for z in {x.zone for x in nodes}},
+        )
+        up = np.array([x.schedulable for x in nodes], dtype=bool)
+        return cls(layout, gpu_free, layout.cpu_total.copy(), layout.mem_total.copy(), up)
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Snapshot) -> FleetState:
+        """The fleet of ``snapshot`` minus its active allocations."""
+        state = cls.from_nodes(snapshot.nodes)
+        state.hold_allocations(snapshot.allocations)
+        return state
+
+    def copy(self) -> FleetState:
+        twin = FleetState(self.layout, self.gpu_free.copy(), self.cpu_free.copy(),
+                          self.mem_free.copy(), self.up.copy())
+        for mix, frag in self._frag.items():
+            twin._frag[mix] = _rebind(frag, twin)
+        return twin
+
+    def fragmentation(self, mix: WorkloadMix) -> FleetFragmentation:
+        """The FGD measure of this state against ``mix``, built once and kept up to date."""
+        frag = self._frag.get(mix)
+        if frag is None:
+            if len(self._frag) >= 4:  # a long-lived state sees a drifting mix: keep a few
+                self._frag.pop(next(iter(self._frag)))
+            frag = FleetFragmentation(self.gpu_free, self.cpu_free, self.mem_free,
+                                      self.layout.models, mix)
+            self._frag[mix] = frag
+        return frag
+
+    def _touched(self, rows: Sequence[int]) -> None:
+        for row in rows:
+            self.whole_free[row] = int((self.gpu_free[row] == MILLI_PER_GPU).sum())
+        if self._frag:
+            idx = np.asarray(sorted(set(rows)), dtype=np.int64)
+            for frag in self._frag.values():
+                frag.refresh(idx)
+
+    # updates --------------------------------------------------------------------------
+    def hold_allocations(self, allocations: Iterable[Allocation]) -> None:
+        """Subtract existing allocations; those on unknown nodes are ignored (stale rows).
+
+        Unlike :meth:`apply` this does not refuse over-allocation: the store is the truth,
+        and a GPU that was re-marked unhealthy under a running job must not crash a cycle.
+        """
+        for a in allocations:
+            row = self.layout.row_of.get(a.node)
+            if row is None:
+                continue
+            cols = self.layout.column_of[row]
+            for idx in a.gpu_indices:
+                j = cols.get(idx)
+                if j is not None and self.gpu_free[row, j] != _NO_GPU:
+                    self.gpu_free[row, j] = max(0, self.gpu_free[row, j] - a.gpu_milli)
+            self.cpu_free[row] -= a.cpu_milli
+            self.mem_free[row] -= a.memory_mib
+            self._touched([row])
+
+    def _delta(self, assignments: Iterable[NodeAssignment], sign: int) -> None:
+        parts = list(assignments)
+        for a in parts:  # check every part first so a refused update changes nothing
+            row = self.layout.row_of[a.node]
+            cols = [self.layout.column_of[row][idx] for idx in a.gpu_indices]
+            if len(set(cols)) != len(cols):
+                raise ValueError(f"{a.node}: GPU index repeated in {a.gpu_indices}")
+            new = self.gpu_free[row, cols] - sign * a.gpu_milli
+            if (self.gpu_free[row, cols] == _NO_GPU).any():
+                raise ValueError(f"{a.node}: GPU {a.gpu_indices} is unhealthy or absent")
+            if (new < 0).any() or (new > MILLI_PER_GPU).any():
+                raise ValueError(f"{a.node}: GPU milli out of range after update: {new}")
+            cpu = self.cpu_free[row] - sign * a.cpu_milli
+            mem = self.mem_free[row] - sign * a.memory_mib
+            if sign > 0 and (cpu < 0 or mem < 0):
+                raise ValueError(f"{a.node}: CPU or RAM over-allocated")
+        rows = []
+        for a in parts:
+            row = self.layout.row_of[a.node]
+            cols = [self.layout.column_of[row][idx] for idx in a.gpu_indices]
+            self.gpu_free[row, cols] -= sign * a.gpu_milli
+            self.cpu_free[row] -= sign * a.cpu_milli
+            self.mem_free[row] -= sign * a.memory_mib
+            rows.append(row)
+        self._touched(rows)
+
+    def apply(self, placement: Placement | Iterable[NodeAssignment]) -> None:
+        """Take the capacity of a placement; :class:`ValueError` if it does not fit."""
+        parts = placement.assignments if isinstance(placement, Placement) else placement
+        self._delta(parts, +1)
+
+    def release(self, assignments: Iterable[NodeAssignment]) -> None:
+        """Give back capacity taken by ``apply`` (a finished task, a preemption)."""
+        self._delta(assignments, -1)
+
+    def set_schedulable(self, node: str, schedulable: bool) -> None:
+        self.up[self.layout.row_of[node]] = schedulable
+
+    # queries --------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return len(self.layout.names)
+
+    def free_gpu_milli(self, node: str) -> tuple[int, ...]:
+        """Free milli per GPU of ``node`` in device order (unhealthy GPUs read 0)."""
+        row = self.layout.row_of[node]
+        count = int(self.layout.gpu_count[row])
+        return tuple(int(max(v, 0)) for v in self.gpu_free[row, :count])
+
+    def whole_free_up(self) -> int:
+        """Whole-free GPUs on schedulable nodes: what the critical headroom is kept from."""
+        return int(self.whole_free[self.up].sum())
+
+    def allocated_gpu_milli(self) -> int:
+        """GPU milli in use on healthy GPUs (the simulator's allocation ratio numerator)."""
+        healthy = self.gpu_free >= 0
+        return int((MILLI_PER_GPU - self.gpu_free)[healthy].sum())
+
+
+def _rebind(frag: FleetFragmentation, state: FleetState) -> FleetFragmentation:
+    """A copy of ``frag`` whose caches are its own and whose state arrays are ``state``'s.
+
+    Cheaper than rebuilding (which reads every GPU of the fleet per shape): the caches are
+    valid because ``state`` is an exact copy of the one ``frag`` watched.
+    """
+    twin = object.__new__(FleetFragmentation)
+    twin.__dict__.update(frag.__dict__)
+    twin.free_milli, twin.free_cpu, twin.free_memory = state.gpu_free, state.cpu_free, state.mem_free
+    for name in ("total", "lt", "ge", "frag"):
+        setattr(twin, name, getattr(frag, name).copy())
+    return twin

@@ -1,0 +1,203 @@
+"""Greedy priority-order placement: the baseline every plan must match or beat.
+
+Terms
+-----
+cycle
+    The working state of one planning pass (:class:`Cycle`): a private copy of the fleet's
+    free capacity, the quota milli left per group, the whole-free GPUs on schedulable nodes
+    (for the critical headroom) and the FGD measure of the copy.
+candidate row
+    A node a part of the request may take now: compatible model and memory, data move
+    allowed, up, enough CPU, RAM and GPUs (``whole_free >= gpus`` for whole GPUs, one GPU
+    with ``gpu_milli`` free for a share), and quota left on the row's group.
+node choice
+    Among candidate rows, the lowest ``penalty`` (right-size, data move) first, then the
+    smallest growth of FGD expected fragmentation against the workload mix (best-fit on
+    free GPU milli when the mix is empty). Whole GPUs take the lowest fully free indices;
+    a share takes the tightest GPU that holds it. A gang takes its K best distinct rows.
+
+Order: aged weight descending, then larger requests first, then older, then by name:
+deterministic, so the same snapshot always yields the same plan.
+
+Invariants: :func:`fit` never changes the cycle; :meth:`Cycle.commit` applies through
+:meth:`FleetState.apply`, which refuses any over-allocation, so a plan built here never
+over-allocates a GPU, CPU or RAM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpu_pool.engine.capacity import FleetState
+from gpu_pool.engine.fragmentation import FleetFragmentation
+from gpu_pool.engine.objective import RequestView, part_value
+from gpu_pool.engine.quota import UNLIMITED
+from gpu_pool.engine.types import NodeAssignment, Placement
+from gpu_pool.model import MILLI_PER_GPU, PriorityClass, Request
+
+# Scores rank penalty first: FGD deltas stay far below one penalty unit times this.
+_PENALTY_RANK = 1e7
+
+
+@dataclass
+class Cycle:
+    """Mutable working state of one pass; owns its :class:`FleetState` copy."""
+
+    state: FleetState
+    remaining: np.ndarray
+    headroom: int
+    frag: FleetFragmentation | None
+    whole_free_up: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.whole_free_up = self.state.whole_free_up()
+
+    def clone(self) -> Cycle:
+        state = self.state.copy()
+        mix = self.frag.mix if self.frag is not None else None
+        return Cycle(state, self.remaining.copy(), self.headroom,
+                     state.fragmentation(mix) if mix is not None else None)
+
+    def commit(self, request: Request, choice: Choice) -> Placement:
+        st = self.state
+        parts = []
+        whole_before = int(st.whole_free[choice.rows][st.up[choice.rows]].sum())
+        for row, cols in zip(choice.rows, choice.cols, strict=True):
+            idx = tuple(int(i) for i in st.layout.gpu_index[row, list(cols)])
+            parts.append(NodeAssignment(
+                node=st.layout.names[row], gpu_indices=idx,
+                gpu_milli=request.gpu_milli if request.gpus else 0,
+                cpu_milli=request.cpu_milli, memory_mib=request.memory_mib))
+        st.apply(parts)
+        self.whole_free_up += int(st.whole_free[choice.rows][st.up[choice.rows]].sum()) - whole_before
+        for g in choice.groups:
+            if g >= 0:
+                self.remaining[g] -= request.gpus * request.gpu_milli
+        return Placement(request.name, tuple(parts), cross_zone=choice.cross_zone,
+                         transfer_seconds=choice.transfer_seconds)
+
+
+@dataclass(frozen=True)
+class Choice:
+    rows: tuple[int, ...]
+    cols: tuple[tuple[int, ...], ...]
+    groups: tuple[int, ...]
+    value: int
+    cross_zone: bool
+    transfer_seconds: float
+
+
+def candidate_rows(cycle: Cycle, request: Request, view: RequestView, groups: np.ndarray,
+                   rows: np.ndarray | None = None) -> np.ndarray:
+    """Rows (sorted) where one part of ``request`` fits now; ``rows`` restricts the search."""
+    st = cycle.state
+    if rows is None:
+        rows = np.flatnonzero(view.compatible & view.zone_ok)
+    ok = st.up[rows] & (st.cpu_free[rows] >= request.cpu_milli) & (
+        st.mem_free[rows] >= request.memory_mib)
+    if request.gpus > 0:
+        if request.is_share:
+            ok &= (st.gpu_free[rows] >= request.gpu_milli).any(axis=1)
+        else:
+            ok &= st.whole_free[rows] >= request.gpus
+        g = groups[rows]
+        part = request.gpus * request.gpu_milli
+        quota_ok = g == UNLIMITED
+        if len(cycle.remaining):
+            quota_ok |= (g >= 0) & (cycle.remaining[np.maximum(g, 0)] >= part)
+        ok &= quota_ok
+    return rows[ok]
+
+
+def _tightest_cols(st: FleetState, rows: np.ndarray, milli: int) -> np.ndarray:
+    free = st.gpu_free[rows]
+    return np.where(free >= milli, free, MILLI_PER_GPU + 1).argmin(axis=1)
+
+
+def _frag_delta(cycle: Cycle, request: Request, rows: np.ndarray,
+                share_cols: np.ndarray | None) -> np.ndarray:
+    """Growth of expected fragmentation per row (best-fit: free milli left, without a mix)."""
+    st = cycle.state
+    if cycle.frag is not None:
+        if share_cols is not None:
+            return cycle.frag.delta_share(rows, share_cols, request.gpu_milli,
+                                          request.cpu_milli, request.memory_mib)
+        return cycle.frag.delta_whole(rows, request.gpus, request.cpu_milli, request.memory_mib)
+    left = np.maximum(st.gpu_free[rows], 0).sum(axis=1) - request.gpus * request.gpu_milli
+    return left.astype(np.float64)
+
+
+def fit(cycle: Cycle, request: Request, weight: int, view: RequestView, groups: np.ndarray,
+        rows: np.ndarray | None = None) -> Choice | None:
+    """The greedy choice for ``request`` in ``cycle``, or None if it does not fit now."""
+    st = cycle.state
+    cand = candidate_rows(cycle, request, view, groups, rows)
+    if len(cand) < request.nodes:
+        return None
+    share_cols = _tightest_cols(st, cand, request.gpu_milli) if request.is_share else None
+    if cycle.headroom and request.priority is not PriorityClass.CRITICAL and request.gpus:
+        budget = cycle.whole_free_up - cycle.headroom
+        if share_cols is not None:
+            breaks = st.gpu_free[cand, share_cols] == MILLI_PER_GPU
+            keep = ~breaks | (budget >= 1) | ~st.up[cand]
+            cand, share_cols = cand[keep], share_cols[keep]
+        elif request.gpus * request.nodes > budget:
+            return None
+        if len(cand) < request.nodes:
+            return None
+    score = view.penalty[cand] * _PENALTY_RANK + _frag_delta(cycle, request, cand, share_cols)
+    # One part: candidate_rows already checked its quota, so the best row is the answer.
+    order = [int(np.argmin(score))] if request.nodes == 1 else np.argsort(score, kind="stable")
+    chosen: list[int] = []
+    used: dict[int, int] = {}
+    part = request.gpus * request.gpu_milli
+    for k in order:
+        row = int(cand[k])
+        g = int(groups[row])
+        if g >= 0 and part and cycle.remaining[g] - used.get(g, 0) < part:
+            continue
+        chosen.append(int(k))
+        if g >= 0:
+            used[g] = used.get(g, 0) + part
+        if len(chosen) == request.nodes:
+            break
+    if len(chosen) < request.nodes:
+        return None
+    rows_t = tuple(int(cand[k]) for k in chosen)
+    if share_cols is not None:
+        cols = tuple((int(share_cols[k]),) for k in chosen)
+    elif request.gpus:
+        cols = tuple(tuple(int(c) for c in np.flatnonzero(
+            st.gpu_free[r] == MILLI_PER_GPU)[: request.gpus]) for r in rows_t)
+    else:
+        cols = tuple(() for _ in rows_t)
+    value = sum(part_value(weight, request, int(view.penalty[r])) for r in rows_t)
+    transfer = max(float(view.transfer[r]) for r in rows_t)
+    return Choice(rows_t, cols, tuple(int(groups[r]) for r in rows_t), value,
+                  bool(view.cross_zone[list(rows_t)].any()), transfer)
+
+
+def greedy_order(requests: Sequence[Request], weights: dict[str, int]) -> list[Request]:
+    """Most valuable first (see the module docstring); deterministic."""
+    def key(r: Request) -> tuple:
+        t = r.submitted_at.timestamp() if r.submitted_at else float("-inf")
+        return (-weights[r.name], -r.total_gpu_milli, t, r.name)
+    return sorted(requests, key=key)
+
+
+def run_greedy(cycle: Cycle, ordered: Sequence[Request], weights: dict[str, int],
+               views: dict[str, RequestView], groups: dict[str, np.ndarray]
+               ) -> tuple[list[Placement], int]:
+    """Place ``ordered`` one by one into ``cycle`` (mutated); placements and total value."""
+    placements: list[Placement] = []
+    total = 0
+    for r in ordered:
+        choice = fit(cycle, r, weights[r.name], views[r.name], groups[r.name])
+        if choice is None:
+            continue
+        placements.append(cycle.commit(r, choice))
+        total += choice.value
+    return placements, total

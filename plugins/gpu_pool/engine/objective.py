@@ -1,0 +1,160 @@
+"""The objective every planner of the engine maximises, and the per-request views it uses.
+
+Terms
+-----
+aged weight ``w(r)``
+    ``policy.weight(class) * 2 ** (waited / aging_half_life)``, rounded down, capped one
+    below the weight of the next more urgent class (the most urgent class is capped at 8x)
+    so that aging reorders requests within a class but never across classes.
+effective milli ``e(r)``
+    GPU milli of one part (``gpus * gpu_milli``); a CPU-only part counts as 1 so that it is
+    still worth placing.
+penalty ``p(r, n)`` of putting one part of ``r`` on node ``n`` (0..300)
+    ``2 * waste`` + ``zone`` where ``waste`` = round(100 * (m_n - m_min(r)) / m_n) is the
+    card memory the part leaves unused against the smallest card of the fleet it accepts
+    (right-sizing), and ``zone`` = 60 + round(40 * t / t_max) when the dataset must move
+    (t = transfer seconds), else 0. A move with ``t > t_max`` is not allowed at all.
+value of a placement
+    ``sum over its parts of e(r) * (1000 * w(r) - p(r, n))``. Since ``w >= 1`` and
+    ``p <= 300``, placing more weighted GPU-milli always dominates the secondary terms of
+    the same request: the scaled-weight form of the lexicographic order
+    (weighted GPUs placed > right-size > fewer/shorter data moves).
+
+Fragmentation is the last tie-break. It acts inside node choice (which of the nodes with
+equal value) and is not part of the value, so the brute-force oracle and CP-SAT compare the
+same numbers.
+
+Invariants: every function is pure; a :class:`RequestView` depends only on the static
+layout, never on free capacity, so it is shared by identical requests and across cycles.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from gpu_pool.engine.capacity import FleetLayout
+from gpu_pool.engine.compat import is_cross_zone, model_accepts
+from gpu_pool.model import Policy, PriorityClass, Request
+
+VALUE_SCALE = 1000  # per effective milli per unit of aged weight
+WASTE_COEF = 2
+ZONE_BASE = 60
+ZONE_SPAN = 40
+MAX_PENALTY = WASTE_COEF * 100 + ZONE_BASE + ZONE_SPAN
+TOP_CLASS_AGING_CAP = 8
+
+
+def aged_weight(request: Request, policy: Policy, now: datetime) -> int:
+    """``w(r)`` of the module docstring."""
+    base = policy.weight(request.priority)
+    higher = [policy.weight(p) for p in PriorityClass if policy.weight(p) > base]
+    cap = min(higher) - 1 if higher else base * TOP_CLASS_AGING_CAP
+    cap = max(cap, base)
+    if request.submitted_at is None:
+        return base
+    half_life = policy.aging_half_life.total_seconds()
+    waited = max((now - request.submitted_at).total_seconds(), 0.0)
+    if half_life <= 0:
+        return cap
+    factor = 2.0 ** min(waited / half_life, 64.0)
+    return int(min(math.floor(base * factor), cap))
+
+
+def effective_milli(request: Request) -> int:
+    """``e(r)``: GPU milli of one part, 1 for a CPU-only part."""
+    return max(request.gpus * request.gpu_milli, 1)
+
+
+def view_key(request: Request) -> tuple:
+    """Requests with equal keys have equal static views (shape, models, data, quota key)."""
+    ds = request.dataset
+    return (request.gpus, request.gpu_milli, request.nodes, request.gpu_models,
+            request.min_gpu_memory_mib, request.cpu_milli, request.memory_mib,
+            None if ds is None else (ds.zone, ds.size_gib), request.team, request.purpose)
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """Static facts of a request over the rows of a :class:`FleetLayout`.
+
+    ``compatible``: model, memory and GPU count allow a part on the row (ignoring zone).
+    ``zone_ok``: the data move to the row is within ``max_transfer_seconds``.
+    ``penalty``: ``p(r, n)`` per row (only meaningful where both masks hold).
+    """
+
+    compatible: np.ndarray
+    zone_ok: np.ndarray
+    penalty: np.ndarray
+    transfer: np.ndarray
+    cross_zone: np.ndarray
+
+
+def build_view(request: Request, layout: FleetLayout, policy: Policy) -> RequestView:
+    """The :class:`RequestView` of ``request``, cached on the layout by :func:`view_key`."""
+    key = (view_key(request), policy.max_transfer_seconds)
+    view = layout.views.get(key)
+    if view is None:
+        view = _build_view(request, layout, policy)
+        layout.views[key] = view
+    return view
+
+
+def _build_view(request: Request, layout: FleetLayout, policy: Policy) -> RequestView:
+    n = len(layout.names)
+    compatible = np.zeros(n, dtype=bool)
+    for model, rows in layout.model_rows.items():
+        if request.gpus == 0:
+            compatible |= rows
+            continue
+        for mem in np.unique(layout.gpu_memory[rows]):
+            if model_accepts(request, model, int(mem)):
+                compatible |= rows & (layout.gpu_memory == mem)
+    compatible &= layout.gpu_count >= request.gpus
+    compatible &= layout.cpu_total >= request.cpu_milli
+    compatible &= layout.mem_total >= request.memory_mib
+    transfer = np.zeros(n, dtype=np.float64)
+    cross = np.zeros(n, dtype=bool)
+    if request.dataset is not None and request.dataset.zone is not None:
+        for zone, rows in layout.zone_rows.items():
+            if is_cross_zone(request, zone):
+                cross |= rows
+                size = request.dataset.size_gib
+                with np.errstate(divide="ignore"):
+                    t = np.where(layout.bandwidth > 0, size * 1024.0 / np.maximum(
+                        layout.bandwidth, 1e-12), np.inf) if size > 0 else 0.0
+                transfer = np.where(rows, t, transfer)
+    zone_ok = transfer <= policy.max_transfer_seconds
+    penalty = np.zeros(n, dtype=np.int64)
+    if request.gpus > 0 and compatible.any():
+        mem_min = int(layout.gpu_memory[compatible].min())
+        mem = np.maximum(layout.gpu_memory, 1)
+        waste = np.rint(100.0 * (mem - mem_min) / mem).clip(0, 100).astype(np.int64)
+        penalty += WASTE_COEF * waste
+    t_max = max(policy.max_transfer_seconds, 1e-9)
+    zone_pen = ZONE_BASE + np.rint(ZONE_SPAN * np.minimum(transfer / t_max, 1.0))
+    penalty += np.where(cross, zone_pen, 0).astype(np.int64)
+    return RequestView(compatible, zone_ok, penalty, transfer, cross)
+
+
+def part_value(weight: int, request: Request, penalty: int) -> int:
+    """Value of one part of ``request`` on a node with ``penalty``."""
+    return effective_milli(request) * (VALUE_SCALE * weight - int(penalty))
+
+
+def derive_mix(requests: Sequence[Request],
+               given: tuple[tuple[tuple[int, int], float], ...] = ()
+               ) -> tuple[tuple[tuple[int, int], float], ...]:
+    """The task-size mix: ``given`` if any, else the (gpus, gpu_milli) shares of ``requests``."""
+    if given:
+        return given
+    counts = Counter((r.gpus, r.gpu_milli) for r in requests if r.gpus > 0)
+    total = sum(counts.values())
+    if not total:
+        return ()
+    return tuple(sorted(((k, v / total) for k, v in counts.items())))

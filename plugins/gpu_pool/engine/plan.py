@@ -1,0 +1,127 @@
+"""One placement cycle, read top to bottom: ``plan(snapshot) -> Plan``.
+
+Steps of :func:`plan_on_state`:
+
+1. weigh every pending request (aged weight) and look up its static view and quota group
+   per node;
+2. set aside what cannot be placed this cycle at all (never fits, data not ready);
+3. build the start cycle (a private copy of free capacity, quota left, headroom, FGD);
+4. greedy priority-order best-fit on a copy of it: the baseline;
+5. the CP-SAT class model (:mod:`gpu_pool.engine.cpsat`) on another copy, kept only when
+   its concrete plan is worth strictly more than greedy's;
+6. critical requests still pending may preempt preemptible allocations
+   (:mod:`gpu_pool.engine.preempt`);
+7. a reason for every request left pending (:mod:`gpu_pool.engine.reasons`).
+
+Invariants: no I/O, no printing, inputs never mutated (the caller's :class:`FleetState`
+may gain a cache of its FGD measure, which does not change what it reports); the same
+inputs give the same plan (the solver runs with a fixed seed, and its result is only used
+when it proves better than greedy in the same units).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import datetime
+
+import numpy as np
+
+from gpu_pool.engine.capacity import FleetState
+from gpu_pool.engine.compat import never_fits
+from gpu_pool.engine.fragmentation import TaskShape, WorkloadMix
+from gpu_pool.engine.greedy import Cycle, greedy_order, run_greedy
+from gpu_pool.engine.objective import RequestView, aged_weight, build_view
+from gpu_pool.engine.quota import QuotaBook
+from gpu_pool.engine.reasons import ReasonInputs, pending_reason
+from gpu_pool.engine.types import Placement, Plan, Snapshot, SolveStats, SolveStatus
+from gpu_pool.model import Allocation, Policy, PriorityClass, Quota, Request
+
+MixSpec = tuple[tuple[tuple[int, int], float], ...]
+
+
+def mix_of(requests: Sequence[Request], given: MixSpec = ()) -> WorkloadMix:
+    """The mix FGD measures against: ``given`` if any, else the shapes of ``requests``.
+
+    Derived shapes keep GPU count, share and accepted models but not CPU or RAM, so a
+    large queue yields a handful of shapes rather than one per request.
+    """
+    if given:
+        return WorkloadMix.from_snapshot(given)
+    shapes = [TaskShape(r.gpus, r.gpu_milli if r.gpus else 0, 0, 0, r.gpu_models)
+              for r in requests if r.gpus > 0]
+    return WorkloadMix.from_shapes(shapes, coverage=0.95)
+
+
+def plan(snapshot: Snapshot) -> Plan:
+    """The plan for ``snapshot`` (see the module docstring)."""
+    return plan_on_state(
+        FleetState.from_snapshot(snapshot), snapshot.requests, quotas=snapshot.quotas,
+        allocations_usage=snapshot.allocations, policy=snapshot.policy, now=snapshot.now,
+        workload_mix=snapshot.workload_mix)
+
+
+def plan_on_state(state: FleetState, requests: Sequence[Request], *,
+                  quotas: Sequence[Quota] = (), allocations_usage: Sequence[Allocation] = (),
+                  policy: Policy, now: datetime, workload_mix: MixSpec = (),
+                  use_solver: bool = True) -> Plan:
+    """Plan ``requests`` onto the free capacity of ``state`` (which is not changed).
+
+    ``allocations_usage``: the active allocations, from which quota usage is derived and
+    among which preemptible ones may be preempted; capacity comes from ``state`` alone.
+    ``use_solver=False`` returns the greedy plan (what-if tools, the simulator's baseline).
+    """
+    t0 = time.perf_counter()
+    layout = state.layout
+    # 1. weights, views, quota groups
+    weights = {r.name: aged_weight(r, policy, now) for r in requests}
+    book = QuotaBook.build(quotas, allocations_usage, policy, now)
+    views: dict[str, RequestView] = {r.name: build_view(r, layout, policy) for r in requests}
+    group_cache: dict[tuple, np.ndarray] = {}
+    groups: dict[str, np.ndarray] = {}
+    for r in requests:
+        lent = r.priority is PriorityClass.BATCH or r.preemptible
+        key = (r.team, r.purpose, lent)
+        if key not in group_cache:
+            group_cache[key] = book.groups_by_row(r, layout.models)
+        groups[r.name] = group_cache[key]
+    # 2. what cannot be placed this cycle at all
+    never: dict[str, str | None] = {}
+    for r in requests:
+        # The view already holds the static check; the sentence is only built when it fails.
+        never[r.name] = (never_fits(r, layout.nodes) or "no compatible node"
+                         if int(views[r.name].compatible.sum()) < r.nodes else None)
+    eligible = [r for r in requests if never[r.name] is None and r.data_ready]
+    # 3. the start cycle
+    mix = mix_of(requests, workload_mix)
+    frag = state.fragmentation(mix) if len(mix) else None
+    base = state.copy()
+    start = Cycle(base, book.remaining(), policy.critical_headroom_gpus,
+                  base.fragmentation(mix) if frag is not None else None)
+    # 4. greedy
+    ordered = greedy_order(eligible, weights)
+    work = start.clone()
+    placements, greedy_value = run_greedy(work, ordered, weights, views, groups)
+    stats = SolveStats(SolveStatus.GREEDY if eligible else SolveStatus.TRIVIAL,
+                       0.0, float(greedy_value), float(greedy_value))
+    final = work
+    # 7. reasons
+    placed = {p.request_name for p in placements}
+    inputs = ReasonInputs(start, final, book, policy)
+    pending = tuple(
+        pending_reason(r, weights[r.name], views[r.name], groups[r.name], inputs, never[r.name])
+        for r in requests if r.name not in placed)
+    by_name = {p.request_name: p for p in placements}
+    ordered_placements: tuple[Placement, ...] = tuple(
+        by_name[r.name] for r in requests if r.name in by_name)
+    stats = SolveStats(stats.status, time.perf_counter() - t0, stats.objective,
+                       stats.greedy_objective, stats.upper_bound, stats.detail)
+    return Plan(ordered_placements, pending, (), stats)
+
+
+def greedy_plan(snapshot: Snapshot) -> Plan:
+    """The greedy baseline alone for ``snapshot``."""
+    return plan_on_state(
+        FleetState.from_snapshot(snapshot), snapshot.requests, quotas=snapshot.quotas,
+        allocations_usage=snapshot.allocations, policy=snapshot.policy, now=snapshot.now,
+        workload_mix=snapshot.workload_mix, use_solver=False)

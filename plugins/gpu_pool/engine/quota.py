@@ -1,0 +1,114 @@
+"""Quota groups: which quota a placement draws on, how much of it is left.
+
+Terms
+-----
+group
+    ``(team, purpose, model)`` or ``(team, purpose, None)`` for an any-model quota. Its
+    limit is the sum over the quotas of that key active at ``now`` of
+    ``gpus + borrow_limit_gpus`` (borrowing only ever takes idle GPUs, and the engine only
+    places on idle GPUs), in milli.
+resolution
+    A part on a node of model ``m`` draws on the model-specific group ``(t, p, m)`` when an
+    active quota of that key exists, else on the any-model group ``(t, p, None)``.
+    With no quotas in the snapshot at all, the fleet is open: nothing is limited.
+    Otherwise a request whose team and purpose match no active quota gets nothing:
+    ``EXPIRED`` if a matching quota exists but is not valid at ``now`` (expired or not yet
+    started), else ``NO_QUOTA``.
+off-peak lending
+    With ``policy.lend_idle_off_peak`` and ``now`` in ``policy.off_peak``, batch-class or
+    preemptible requests may exceed their group's limit (never a missing or expired one).
+
+Invariant: usage is derived from the active allocations on every build, never stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from gpu_pool.model import MILLI_PER_GPU, Allocation, Policy, PriorityClass, Purpose, Quota, Request
+
+UNLIMITED = -1
+NO_QUOTA = -2
+EXPIRED = -3
+
+GroupKey = tuple[str, Purpose, str | None]
+
+
+@dataclass(frozen=True)
+class QuotaBook:
+    """Limits and usage per group; ``remaining`` is a fresh array per call of :meth:`start`."""
+
+    open_fleet: bool
+    keys: tuple[GroupKey, ...]
+    limit_milli: np.ndarray
+    used_milli: np.ndarray
+    inactive: frozenset[tuple[str, Purpose, str | None]]
+    lending: bool
+
+    @classmethod
+    def build(cls, quotas: Sequence[Quota], allocations: Sequence[Allocation],
+              policy: Policy, now: datetime) -> QuotaBook:
+        lending = policy.lend_idle_off_peak and policy.off_peak.contains(now)
+        limits: dict[GroupKey, int] = {}
+        inactive: set[GroupKey] = set()
+        for q in quotas:
+            key = (q.team, q.purpose, q.gpu_model)
+            if q.active_at(now):
+                limits[key] = limits.get(key, 0) + round(
+                    (q.gpus + q.borrow_limit_gpus) * MILLI_PER_GPU)
+            else:
+                inactive.add(key)
+        keys = tuple(sorted(limits, key=lambda k: (k[0], k[1].value, k[2] or "")))
+        book = cls(
+            open_fleet=not quotas,
+            keys=keys,
+            limit_milli=np.array([limits[k] for k in keys], dtype=np.int64),
+            used_milli=np.zeros(len(keys), dtype=np.int64),
+            inactive=frozenset(inactive),
+            lending=lending,
+        )
+        index = {k: i for i, k in enumerate(keys)}
+        for a in allocations:
+            g = book._resolve(index, a.team, a.purpose, a.gpu_model)
+            if g >= 0:
+                book.used_milli[g] += a.gpu_milli_total
+        return book
+
+    def _resolve(self, index: dict[GroupKey, int], team: str, purpose: Purpose,
+                 model: str | None) -> int:
+        if self.open_fleet:
+            return UNLIMITED
+        for key in ((team, purpose, model), (team, purpose, None)):
+            if key in index:
+                return index[key]
+        if (team, purpose, model) in self.inactive or (team, purpose, None) in self.inactive:
+            return EXPIRED
+        return NO_QUOTA
+
+    def group_of(self, request: Request, model: str | None) -> int:
+        """Group index a part of ``request`` on ``model`` draws on, or a negative code.
+
+        Lent requests return :data:`UNLIMITED` when they resolve to a live group.
+        """
+        index = {k: i for i, k in enumerate(self.keys)}
+        g = self._resolve(index, request.team, request.purpose, model)
+        if g >= 0 and self.lending and (request.priority is PriorityClass.BATCH
+                                        or request.preemptible):
+            return UNLIMITED
+        return g
+
+    def groups_by_row(self, request: Request, models: Sequence[str | None]) -> np.ndarray:
+        """:meth:`group_of` for every row of a layout (one lookup per distinct model)."""
+        per_model = {m: self.group_of(request, m) for m in set(models)}
+        return np.array([per_model[m] for m in models], dtype=np.int64)
+
+    def remaining(self) -> np.ndarray:
+        return self.limit_milli - self.used_milli
+
+    def describe(self, group: int) -> str:
+        team, purpose, model = self.keys[group]
+        return f"team {team} {purpose.value} quota on {model or 'any model'}"

@@ -1,0 +1,142 @@
+"""Why a request stays pending: a reason code and one sentence, decided in a fixed order.
+
+The first test that holds gives the reason:
+
+1. ``never_fits``: no node or gang of the fleet could ever hold it (:func:`never_fits`).
+2. ``data_not_ready``: its dataset is not ready.
+3. ``quota_expired``: every quota its team and purpose have is outside its validity window;
+   ``quota_exhausted``: no quota at all, or too little left on every group it could use.
+4. ``waiting_for_data_zone``: compatible nodes exist, but moving its data to any of them
+   would take longer than ``policy.max_transfer_seconds``.
+5. ``headroom_reserved``: it fits in the free capacity but only by dipping into the
+   whole GPUs kept for critical work.
+6. ``outranked``: it fitted the capacity free at the start of the cycle, which went to
+   more valuable requests.
+7. ``waiting_for_capacity``: it does not fit the free capacity; the sentence says what
+   is missing ("needs 4 A100 GPUs on one node; largest free block is 3").
+
+Invariant: the functions here only read the cycles they are given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpu_pool.engine.compat import describe_part
+from gpu_pool.engine.greedy import Cycle, candidate_rows, fit
+from gpu_pool.engine.objective import RequestView
+from gpu_pool.engine.quota import EXPIRED, NO_QUOTA, UNLIMITED, QuotaBook
+from gpu_pool.engine.types import PendingReason, ReasonCode
+from gpu_pool.model import MILLI_PER_GPU, Policy, Request
+
+
+@dataclass(frozen=True)
+class ReasonInputs:
+    start: Cycle  # free capacity before the cycle placed anything
+    end: Cycle  # free capacity after the plan
+    book: QuotaBook
+    policy: Policy
+
+
+def _gpus(milli: float) -> str:
+    return f"{milli / MILLI_PER_GPU:g}"
+
+
+def quota_reason(request: Request, view: RequestView, groups: np.ndarray, book: QuotaBook,
+                 remaining: np.ndarray) -> PendingReason | None:
+    if request.gpus == 0:
+        return None
+    g = groups[view.compatible]
+    if (g == UNLIMITED).any():
+        return None
+    live = np.unique(g[g >= 0])
+    part = request.gpus * request.gpu_milli
+    if live.size and (remaining[live] >= part).any():
+        return None
+    who = f"team {request.team} ({request.purpose.value})"
+    if live.size:
+        k = int(live[np.argmax(remaining[live])])
+        used = book.limit_milli[k] - remaining[k]
+        return PendingReason(request.name, ReasonCode.QUOTA_EXHAUSTED,
+                             f"{book.describe(k)} exhausted: {_gpus(used)} of "
+                             f"{_gpus(book.limit_milli[k])} GPUs in use; needs {_gpus(part)} "
+                             "GPUs per node")
+    if (g == EXPIRED).any():
+        return PendingReason(request.name, ReasonCode.QUOTA_EXPIRED,
+                             f"{who} has quota on these GPUs, but none valid now "
+                             "(expired or not yet started)")
+    assert (g == NO_QUOTA).all()
+    return PendingReason(request.name, ReasonCode.QUOTA_EXHAUSTED,
+                         f"{who} has no quota for {describe_part(request)}")
+
+
+def _missing(request: Request, view: RequestView, cycle: Cycle) -> str:
+    """What the best compatible node lacks, in words."""
+    st = cycle.state
+    rows = np.flatnonzero(view.compatible & view.zone_ok & st.up)
+    need = describe_part(request)
+    if request.is_gang:
+        have = len(candidate_rows(cycle, request, view,
+                                  np.full(st.size, UNLIMITED, dtype=np.int64), rows))
+        return (f"needs {request.nodes} nodes each with {request.gpus} free GPUs "
+                f"({need}); {have} have them free")
+    if not rows.size:
+        return f"needs {need}; every compatible node is down or draining"
+    cpu_ok = (st.cpu_free[rows] >= request.cpu_milli) & (st.mem_free[rows] >= request.memory_mib)
+    if request.is_share:
+        block = int(np.maximum(st.gpu_free[rows], 0).max(axis=1)[cpu_ok].max(initial=0))
+        gpu_ok = (st.gpu_free[rows] >= request.gpu_milli).any(axis=1)
+        fits_gpu = f"largest free share is {_gpus(block)} of a GPU"
+    elif request.gpus:
+        block = int(st.whole_free[rows][cpu_ok].max(initial=0))
+        gpu_ok = st.whole_free[rows] >= request.gpus
+        fits_gpu = f"largest free block is {block}"
+    else:
+        gpu_ok = np.ones(rows.size, dtype=bool)
+        fits_gpu = ""
+    if gpu_ok.any() and not (gpu_ok & cpu_ok).any():
+        cpu = int(st.cpu_free[rows][gpu_ok].max())
+        mem = int(st.mem_free[rows][gpu_ok].max())
+        return (f"needs {need} with {request.cpu_milli / 1000:g} CPU cores and "
+                f"{request.memory_mib} MiB RAM on one node; nodes with the GPUs free have "
+                f"at most {cpu / 1000:g} cores and {mem} MiB free")
+    if request.gpus and (cpu_ok.any() or not gpu_ok.any()):
+        return f"needs {need} on one node; {fits_gpu}"
+    return f"needs {need} on one node; no compatible node has it free"
+
+
+def pending_reason(request: Request, weight: int, view: RequestView, groups: np.ndarray,
+                   inputs: ReasonInputs, never: str | None) -> PendingReason:
+    """The reason for one request left pending (see the module docstring for the order)."""
+    name = request.name
+    if never is not None:
+        return PendingReason(name, ReasonCode.NEVER_FITS, f"never fits: {never}")
+    if not request.data_ready:
+        uri = request.dataset.uri if request.dataset else "its input"
+        return PendingReason(name, ReasonCode.DATA_NOT_READY, f"waits for its data: {uri} "
+                             "is not ready")
+    q = quota_reason(request, view, groups, inputs.book, inputs.end.remaining)
+    if q is not None:
+        return q
+    if not (view.compatible & view.zone_ok).any():
+        zone = request.dataset.zone if request.dataset else "?"
+        best = float(view.transfer[view.compatible].min())
+        return PendingReason(name, ReasonCode.DATA_ZONE,
+                             f"its data in zone {zone} would take {best:.0f} s to reach the "
+                             f"nearest compatible node (limit "
+                             f"{inputs.policy.max_transfer_seconds:.0f} s); waits for a node "
+                             f"in {zone}")
+    if fit(inputs.start, request, weight, view, groups) is not None:
+        return PendingReason(name, ReasonCode.OUTRANKED,
+                             "outranked: the capacity it fits in went to higher-priority "
+                             "requests this cycle")
+    if inputs.start.headroom:
+        relaxed = Cycle(inputs.start.state, inputs.start.remaining, 0, inputs.start.frag)
+        if fit(relaxed, request, weight, view, groups) is not None:
+            return PendingReason(name, ReasonCode.HEADROOM_RESERVED,
+                                 f"{inputs.start.headroom} whole GPUs are held for critical "
+                                 f"work and only {inputs.start.whole_free_up} are free")
+    return PendingReason(name, ReasonCode.WAITING_FOR_CAPACITY,
+                         _missing(request, view, inputs.start))
