@@ -1,0 +1,134 @@
+"""``gpu-pool demo``: the whole idea in one run, on an embedded SQLite store.
+
+It migrates a fresh store, loads a sample fleet (six hosts, two zones, four GPU models),
+teams, quotas and a queue, then runs placement cycles on a virtual clock and prints who got
+which GPUs and why the rest wait: a request that can never fit is refused at submission, a
+critical job jumps the queue, finished jobs give their GPUs back at once, and data that
+becomes ready lets its job start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpu_pool.cli import add_command
+from gpu_pool.cli.context import display_url, policy
+from gpu_pool.cli.output import format_duration, table
+from gpu_pool.engine import plan as run_engine
+from gpu_pool.errors import SpecError
+from gpu_pool.model import Outcome
+from gpu_pool.spec import parse_nodes_document, parse_quota, parse_request, parse_team
+
+ACTOR = "demo"
+START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)  # a weekday morning: peak hours
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = add_command(subparsers, "demo", "run the demo on a fresh embedded store")
+    p.set_defaults(func=demo)
+
+
+def _data(name: str) -> str:
+    return resources.files("gpu_pool").joinpath("demo_data", name).read_text()
+
+
+def demo(args: argparse.Namespace, out: Any = None) -> int:
+    import sys
+
+    from gpu_pool.store import Store
+
+    out = out or sys.stdout
+    url = args.db or f"sqlite:///{Path(tempfile.mkdtemp(prefix='gpu-pool-demo-')) / 'store.db'}"
+    store = Store.from_url(url)
+    store.migrate()
+    say = out.write
+    say(f"gpu-pool demo: store {display_url(url)} (migrated)\n\n")
+
+    nodes = parse_nodes_document(_data("fleet.yaml"), "fleet.yaml", policy=policy())
+    store.import_nodes(nodes, actor=ACTOR)
+    say(f"Fleet: {len(nodes)} nodes, {sum(n.gpu_count for n in nodes)} GPUs\n")
+    table([{"node": n.name, "zone": n.zone, "model": n.gpu_model, "gpus": n.gpu_count}
+           for n in nodes], ("node", "zone", "model", "gpus"), out)
+
+    org = yaml.safe_load(_data("teams.yaml"))
+    for t in org["teams"]:
+        store.upsert_team(parse_team(t), actor=ACTOR)
+    for q in org["quotas"]:
+        fields = {k: v for k, v in q.items() if k not in ("from_days", "expires_days")}
+        fields["valid_from"] = START + timedelta(days=q["from_days"])
+        fields["expires_at"] = START + timedelta(days=q["expires_days"])
+        store.set_quota(parse_quota(fields, policy=policy()), actor=ACTOR)
+    say(f"\nTeams and quotas loaded: {', '.join(t['name'] for t in org['teams'])}\n")
+
+    teams = {t.name for t in store.list_teams()}
+    say("\nSubmitting the queue:\n")
+    for item in yaml.safe_load(_data("queue.yaml")):
+        fields = {k: v for k, v in item.items() if k != "minutes_ago"}
+        fields["submitted_at"] = START - timedelta(minutes=item["minutes_ago"])
+        request = parse_request(fields, policy=policy(), known_teams=teams, nodes=nodes)
+        store.submit_request(request, actor=ACTOR, now=fields["submitted_at"])
+        say(f"  + {request.name}\n")
+    try:
+        parse_request({"name": "vision-huge", "team": "vision", "gpus": 16}, policy=policy(),
+                      known_teams=teams, nodes=nodes)
+    except SpecError as refusal:
+        say(f"  x vision-huge refused at submission: {refusal}\n")
+
+    now = START
+    _cycle(store, now, "Cycle 1 (09:00, peak hours)", out)
+
+    now = START + timedelta(minutes=30)
+    say("\n09:30: vision-detr-sweep-1 and nlp-eval-nightly finish; their GPUs go back at once.\n")
+    for name in ("vision-detr-sweep-1", "nlp-eval-nightly"):
+        store.release_request(name, outcome=Outcome.SUCCESS, actor=ACTOR,
+                              reason="task succeeded", now=now, policy=policy())
+    say("09:30: the ablation's dataset lands (its Asset event arrives).\n")
+    store.set_data_ready("research-ablation", True, actor=ACTOR)
+    urgent = parse_request({"name": "nlp-hotfix-eval", "team": "nlp", "purpose": "inference",
+                            "gpus": 2, "priority": "critical", "time_limit": "30m",
+                            "submitted_at": now}, policy=policy(), known_teams=teams, nodes=nodes)
+    store.submit_request(urgent, actor=ACTOR, now=now)
+    say("09:30: nlp submits a critical 2-GPU evaluation, last in the queue.\n")
+    _cycle(store, now, "Cycle 2 (09:30)", out)
+
+    say("\nWho holds what now:\n")
+    rows = [{"request": a.request_name, "team": a.team, "node": a.node,
+             "gpus": ",".join(map(str, a.gpu_indices)), "share": a.gpu_milli,
+             "since": a.started_at, "until": a.ends_by} for a in store.active_allocations()]
+    table(rows, ("request", "team", "node", "gpus", "share", "since", "until"), out)
+    ledger = store.ledger()
+    say(f"\nLedger: {len(ledger)} finished allocations, "
+        f"{sum(e.gpu_hours for e in ledger):.2f} GPU-hours, "
+        f"${sum(e.cost for e in ledger):.2f}\n")
+    return 0
+
+
+def _cycle(store: Any, now: datetime, title: str, out: Any) -> None:
+    snapshot = store.load_snapshot(policy(), now)
+    plan = run_engine(snapshot)
+    result = store.apply_plan(plan, now=now, actor=ACTOR)
+    dropped = getattr(result, "dropped", {}) or {}
+    out.write(f"\n{title}: {len(plan.placements)} placed, {len(plan.pending)} waiting "
+              f"(solver {plan.stats.status}, {plan.stats.wall_seconds * 1000:.0f} ms)\n")
+    by_name = {r.name: r for r in snapshot.requests}
+    rows = []
+    for p in plan.placements:
+        req = by_name[p.request_name]
+        where = " + ".join(f"{a.node}/{','.join(map(str, a.gpu_indices))}" for a in p.assignments)
+        share = f" ({req.gpu_milli}m)" if req.is_share else ""
+        rows.append({"request": p.request_name, "priority": req.priority,
+                     "decision": ("dropped: " + dropped[p.request_name]) if p.request_name
+                     in dropped else f"placed on {where}{share}"})
+    for r in plan.pending:
+        req = by_name[r.request_name]
+        waited = format_duration(now - req.submitted_at) if req.submitted_at else "-"
+        rows.append({"request": r.request_name, "priority": req.priority,
+                     "decision": f"waits ({waited}): {r.message}"})
+    table(rows, ("request", "priority", "decision"), out)

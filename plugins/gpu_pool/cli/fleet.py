@@ -1,0 +1,154 @@
+"""Fleet commands: ``db migrate``, ``team``, ``nodes`` and ``quota``."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gpu_pool.cli import add_command, add_group
+from gpu_pool.cli.context import display_url, open_store, policy
+from gpu_pool.cli.output import emit, emit_object
+from gpu_pool.errors import SpecError
+from gpu_pool.model import NodeState
+from gpu_pool.spec import parse_name, parse_nodes_document, parse_quota, parse_team
+
+ACTOR = "cli"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    db = add_group(subparsers, "db", "the store's schema")
+    add_command(db, "migrate", "create or upgrade the store's schema (idempotent)").set_defaults(
+        func=db_migrate)
+
+    team = add_group(subparsers, "team", "teams that own quota")
+    p = add_command(team, "add", "add a team (or update its notification channels)")
+    p.add_argument("name")
+    p.add_argument("--email", dest="notify_email", help="where alerts go by e-mail")
+    p.add_argument("--webhook", dest="notify_webhook", help="a Slack-style webhook URL")
+    p.set_defaults(func=team_add)
+    add_command(team, "list", "list teams").set_defaults(func=team_list)
+
+    nodes = add_group(subparsers, "nodes", "the GPU hosts of the fleet")
+    p = add_command(nodes, "import", "add nodes from a YAML file")
+    p.add_argument("file", type=Path)
+    p.add_argument("--replace", action="store_true", help="update nodes that already exist")
+    p.set_defaults(func=nodes_import)
+    add_command(nodes, "list", "list nodes with free and held GPUs").set_defaults(func=nodes_list)
+    for verb, state, text in (("drain", NodeState.DRAINING, "give a node nothing new"),
+                              ("undrain", NodeState.UP, "put a drained or down node back up")):
+        p = add_command(nodes, verb, text)
+        p.add_argument("name")
+        p.add_argument("--reason", default=f"{verb} from the CLI")
+        p.set_defaults(func=nodes_set_state, state=state)
+
+    quota = add_group(subparsers, "quota", "guaranteed GPUs per team, purpose and model")
+    p = add_command(quota, "set", "grant a quota")
+    p.add_argument("--team", required=True)
+    p.add_argument("--purpose", required=True, help="training, inference or pretraining")
+    p.add_argument("--gpus", required=True, help="guaranteed GPUs")
+    p.add_argument("--model", dest="gpu_model", help="a GPU model, or any (the default)")
+    p.add_argument("--from", dest="valid_from", help="ISO time (default: now)")
+    p.add_argument("--expires", dest="expires_at", required=True, help="ISO time")
+    p.add_argument("--borrow", dest="borrow_limit_gpus", help="GPUs it may borrow when idle")
+    p.add_argument("--budget", dest="gpu_hour_budget", help="GPU-hours per period")
+    p.set_defaults(func=quota_set)
+    add_command(quota, "list", "list quotas with their usage").set_defaults(func=quota_list)
+
+
+def db_migrate(args: argparse.Namespace) -> int:
+    store = open_store(args, migrate=False)
+    applied = store.migrate()
+    emit_object(args.json, {"store": display_url(str(store.url)),
+                            "applied": list(applied) or "none (up to date)"})
+    return 0
+
+
+def team_add(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    fields = {k: getattr(args, k) for k in ("name", "notify_email", "notify_webhook")
+              if getattr(args, k) is not None}
+    team = store.upsert_team(parse_team(fields), actor=ACTOR)
+    emit_object(args.json, {"team": team.name, "email": team.notify_email,
+                            "webhook": team.notify_webhook})
+    return 0
+
+
+def team_list(args: argparse.Namespace) -> int:
+    rows = [{"team": t.name, "email": t.notify_email, "webhook": t.notify_webhook}
+            for t in open_store(args).list_teams()]
+    emit(args.json, rows, ("team", "email", "webhook"), empty="no teams")
+    return 0
+
+
+def nodes_import(args: argparse.Namespace) -> int:
+    try:
+        text = args.file.read_text()
+    except OSError as error:
+        raise SpecError("file", str(args.file), f"a readable YAML file ({error.strerror})") from None
+    store = open_store(args)
+    nodes = parse_nodes_document(text, str(args.file), policy=policy())
+    store.import_nodes(nodes, actor=ACTOR, replace=args.replace)
+    rows = [{"node": n.name, "zone": n.zone, "model": n.gpu_model, "gpus": n.gpu_count,
+             "state": n.state} for n in nodes]
+    emit(args.json, rows, ("node", "zone", "model", "gpus", "state"))
+    return 0
+
+
+def nodes_list(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    held: dict[str, dict[int, int]] = {}
+    for a in store.active_allocations():
+        for i in a.gpu_indices:
+            held.setdefault(a.node, {}).setdefault(i, 0)
+            held[a.node][i] += a.gpu_milli
+    rows = []
+    for n in store.list_nodes():
+        taken = held.get(n.name, {})
+        rows.append({"node": n.name, "zone": n.zone, "model": n.gpu_model, "gpus": n.gpu_count,
+                     "free_gpus": sum(1 for g in n.gpus if not taken.get(g.index)),
+                     "held_milli": sum(taken.values()), "state": n.state,
+                     "ssh_conn_id": n.ssh_conn_id})
+    emit(args.json, rows, ("node", "zone", "model", "gpus", "free_gpus", "held_milli", "state",
+                           "ssh_conn_id"), empty="no nodes (add some with `gpu-pool nodes import`)")
+    return 0
+
+
+def nodes_set_state(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    store.set_node_state(parse_name(args.name), args.state, actor=ACTOR, reason=args.reason)
+    emit_object(args.json, {"node": args.name, "state": args.state})
+    return 0
+
+
+def quota_set(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    fields = {k: getattr(args, k) for k in ("team", "purpose", "gpus", "gpu_model", "valid_from",
+                                            "expires_at", "borrow_limit_gpus", "gpu_hour_budget")
+              if getattr(args, k) is not None}
+    fields.setdefault("valid_from", datetime.now(UTC))
+    quota = parse_quota(fields, policy=policy(),
+                        known_teams={t.name for t in store.list_teams()})
+    saved = store.set_quota(quota, actor=ACTOR)
+    emit_object(args.json, _quota_row(saved, None))
+    return 0
+
+
+def quota_list(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    now = datetime.now(UTC)
+    usage = store.quota_usage(now)
+    rows = [_quota_row(q, usage.get(q.id)) for q in store.list_quotas()]
+    emit(args.json, rows, ("team", "purpose", "model", "gpus", "in_use", "borrow", "budget",
+                           "valid_from", "expires_at", "status"), empty="no quotas")
+    return 0
+
+
+def _quota_row(q, in_use: float | None) -> dict:  # noqa: ANN001 - a Quota
+    now = datetime.now(UTC)
+    status = ("expired" if q.expires_at <= now else "not yet valid" if q.valid_from > now
+              else f"expires in {(q.expires_at - now).days}d")
+    return {"id": q.id, "team": q.team, "purpose": q.purpose, "model": q.gpu_model or "any",
+            "gpus": q.gpus, "in_use": in_use, "borrow": q.borrow_limit_gpus,
+            "budget": q.gpu_hour_budget, "valid_from": q.valid_from, "expires_at": q.expires_at,
+            "status": status}
