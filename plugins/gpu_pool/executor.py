@@ -14,7 +14,7 @@ Each heartbeat (``trigger_tasks``):
 2. run one placement cycle (:class:`~gpu_pool.executor_support.cycle.PlacementCycle`);
 3. start each held workload whose request now has active allocations — a subprocess
    ``python -m airflow.sdk.execution_time.execute_workload`` with ``CUDA_VISIBLE_DEVICES``
-   and the ``GPU_POOL_*`` variables (:mod:`gpu_pool.executor_support.env`), a fresh token,
+   and the ``GPU_POOL_*`` variables (:mod:`gpu_pool.remote.allocation`), a fresh token,
    and ``gpu://node/0,1`` reported as the external executor id.
 
 ``sync`` reaps finished processes and releases their allocations (ledger rows), keeps the
@@ -57,9 +57,9 @@ from airflow.executors.base_executor import BaseExecutor
 from gpu_pool.errors import GpuPoolError
 from gpu_pool.executor_support import airflow_reads
 from gpu_pool.executor_support.cycle import Binding, PlacementCycle
-from gpu_pool.executor_support.env import TaskAllocation
-from gpu_pool.executor_support.naming import external_id, request_name
+from gpu_pool.executor_support.naming import request_name
 from gpu_pool.model import Outcome, Policy
+from gpu_pool.remote.allocation import RemoteAllocation
 
 if TYPE_CHECKING:
     from airflow.executors import workloads
@@ -206,18 +206,19 @@ class GpuPoolExecutor(BaseExecutor):
     def _start(self, key: TaskInstanceKey, binding: Binding) -> None:
         from airflow.executors.workloads import ExecuteTask
 
+        cycle = self._require_cycle()
+        conn_ids = {n.name: n.ssh_conn_id for n in cycle.store.list_nodes() if n.ssh_conn_id}
+        try:
+            allocation = RemoteAllocation.from_model(binding.request_name, binding.allocations,
+                                                     conn_ids)
+        except GpuPoolError as error:
+            self.log.error("GPU task %s cannot start: %s", key, error)
+            self.queued_tasks.pop(key, None)
+            self.fail(key, info=f"gpu-pool: {error}")
+            self._release(key, binding.request_name, "failed")
+            return
         workload: workloads.ExecuteTask = self.queued_tasks.pop(key)
         self._watched.pop(key, None)
-        first = binding.allocations[0]
-        allocation = TaskAllocation(
-            request=binding.request_name,
-            node=first.node,
-            nodes=tuple(a.node for a in binding.allocations),
-            gpu_indices=first.gpu_indices,
-            gpu_milli=first.gpu_milli,
-            ssh_conn_id=self._ssh_conn_id(first.node),
-            allocation_id=first.id,
-        )
         token = self.jwt_generator.generate(
             extras={"sub": str(workload.ti.id), "scope": "workload"},
             valid_for=max(conf.getfloat("scheduler", "task_queued_timeout"), 600.0),
@@ -236,15 +237,8 @@ class GpuPoolExecutor(BaseExecutor):
         self.running.add(key)
         self._started[key] = _Started(key, str(workload.ti.id), binding.request_name, process,
                                       time.monotonic())
-        self.running_state(key, external_id(binding.parts))
-        self.log.info("Started %s on %s (pid %s)", key, external_id(binding.parts), process.pid)
-
-    def _ssh_conn_id(self, node_name: str) -> str | None:
-        store = self._require_cycle().store
-        for node in store.list_nodes():
-            if node.name == node_name:
-                return node.ssh_conn_id
-        return None
+        self.running_state(key, allocation.external_id)
+        self.log.info("Started %s on %s (pid %s)", key, allocation.external_id, process.pid)
 
     # -- completion --------------------------------------------------------------------
 

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import pytest
 
 from gpu_pool import airflow_config
-from gpu_pool.executor_support.env import TaskAllocation
 from gpu_pool.executor_support.naming import external_id, parse_external_id, request_name
 from gpu_pool.spec import parse_name
 
@@ -50,16 +49,6 @@ def test_external_id_round_trip() -> None:
     assert parse_external_id(text) == parts
     assert parse_external_id("celery-uuid") is None
     assert parse_external_id(None) is None
-
-
-def test_env_contract_round_trip() -> None:
-    alloc = TaskAllocation(request="r", node="node-a", nodes=("node-a",), gpu_indices=(2, 3),
-                           gpu_milli=1000, ssh_conn_id="gpu_node_node_a", allocation_id="42")
-    env = alloc.to_env()
-    assert env["CUDA_VISIBLE_DEVICES"] == "2,3" == env["GPU_POOL_GPU_INDICES"]
-    assert env["GPU_POOL_SSH_CONN_ID"] == "gpu_node_node_a"
-    assert TaskAllocation.from_env(env) == alloc
-    assert TaskAllocation.from_env({}) is None
 
 
 def test_airflow_settings_to_env_and_cfg(tmp_path) -> None:

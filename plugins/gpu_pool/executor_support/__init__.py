@@ -1,7 +1,5 @@
 """What the GPU pool executor needs beyond Airflow's executor interface.
 
-``env``
-    the environment contract between the executor and the task process (``GPU_POOL_*``).
 ``naming``
     the store request name of a task instance try, and the ``gpu://`` external executor id.
 ``cycle``
