@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_pool.errors import SpecError
-from gpu_pool.remote.allocation import ENV_JSON, NodeSlot, TaskAllocation
+from gpu_pool.remote.allocation import ENV_JSON, NodeSlot, RemoteAllocation
 from gpu_pool.remote.job import (
     JobPlacement,
     JobState,
@@ -145,7 +145,8 @@ def test_local_kill_stops_the_whole_group(tmp_path: Path) -> None:
     assert bash(f"kill -0 -- -{pgid}").returncode == 0
     result = bash(build_kill_command(job, grace_s=0.3, reason="cancelled"))
     assert parse_kill_output(result.stdout) == "killed"
-    assert bash(f"kill -0 -- -{pgid}").returncode != 0
+    live = bash(f"ps -eo pgid=,stat= | awk '$1 == {pgid} && $2 !~ /^Z/'").stdout
+    assert live.strip() == ""
     status = wait_done(job)
     assert (status.exit_code, status.killed_reason) == (137, "cancelled")
 
@@ -182,19 +183,25 @@ def test_empty_command_is_refused() -> None:
 
 
 def test_task_allocation_env_round_trip() -> None:
-    alloc = TaskAllocation("r1", (NodeSlot("node-a", "gpu_node_a", (0, 1), 1000, "a1"),
+    alloc = RemoteAllocation("r1", (NodeSlot("node-a", "gpu_node_a", (0, 1), 1000, "a1"),
                                   NodeSlot("node-b", "gpu_node_b", (2, 3), 1000, "a2")))
     env = alloc.to_env()
-    assert TaskAllocation.from_env(env) == alloc
+    assert RemoteAllocation.from_env(env) == alloc
     assert alloc.external_id == "gpu://node-a/0,1+node-b/2,3"
     flat = {k: v for k, v in env.items() if k != ENV_JSON}
-    assert TaskAllocation.from_env(flat) == TaskAllocation("r1", alloc.slots[:1])
+    with pytest.raises(SpecError) as info:  # a gang without its per-node slots
+        RemoteAllocation.from_env(flat)
+    assert info.value.field == ENV_JSON
+    single = RemoteAllocation("r1", alloc.slots[:1])
+    assert RemoteAllocation.from_env(
+        {k: v for k, v in single.to_env().items() if k != ENV_JSON}) == single
     ranks = [(p.node, p.node_rank, p.node_count) for p in alloc.placements()]
     assert ranks == [("node-a", 0, 2), ("node-b", 1, 2)]
-    assert TaskAllocation.from_env({}) is None
+    assert RemoteAllocation.from_env({}) is None
     with pytest.raises(SpecError):
-        TaskAllocation.from_env({ENV_JSON: "{not json"})
+        RemoteAllocation.from_env({ENV_JSON: "{not json"})
     with pytest.raises(SpecError):
-        TaskAllocation.from_env({"GPU_POOL_NODE": "n", "GPU_POOL_SSH_CONN_ID": "c",
+        RemoteAllocation.from_env({"GPU_POOL_NODE": "n", "GPU_POOL_SSH_CONN_ID": "c",
                                  "GPU_POOL_GPU_INDICES": "0,x"})
+
 

@@ -1,27 +1,19 @@
-"""How the executor tells a GPU task process where it runs: ``GPU_POOL_*`` variables.
+"""Where a GPU task's command runs: the allocation as the operator reads it from its env.
 
-The contract between ``GpuPoolExecutor`` and :class:`~gpu_pool.operators.GpuSSHOperator`:
-when the executor starts the Airflow task process of a placed workload, it adds
-``TaskAllocation(...).to_env()`` to that process's environment. The operator reads it back
-with :meth:`TaskAllocation.from_env` and starts the command on the node(s).
+The executor starts the Airflow task process of a placed workload with
+``RemoteAllocation(...).to_env()`` added to its environment: the flat ``GPU_POOL_*``
+variables (``GPU_POOL_REQUEST``, ``GPU_POOL_NODE``, ``GPU_POOL_NODES``,
+``GPU_POOL_SSH_CONN_ID``, ``GPU_POOL_GPU_INDICES``, ``GPU_POOL_GPU_MILLI``,
+``GPU_POOL_ALLOCATION_ID``, and ``CUDA_VISIBLE_DEVICES``) describe rank 0;
+:meth:`RemoteAllocation.from_env` reads exactly those for a one-node placement (handy for
+running a task by hand too).
 
-Variables (the JSON one is authoritative; the flat ones describe rank 0 for people and for
-single-node tools):
-
-=============================  ==========================================================
-``GPU_POOL_TASK_ALLOCATION``   JSON ``{"request": ..., "slots": [{"node", "ssh_conn_id",
-                               "gpu_indices", "gpu_milli", "allocation_id"}, ...]}``, one
-                               slot per node of a gang, in rank order
-``GPU_POOL_REQUEST``           the request name
-``GPU_POOL_NODE``              node of rank 0
-``GPU_POOL_SSH_CONN_ID``       its Airflow SSH connection id
-``GPU_POOL_GPU_INDICES``       its GPU indices, ``"0,1"``
-``GPU_POOL_GPU_MILLI``         thousandths of each GPU (``1000`` whole, less for a share)
-``GPU_POOL_ALLOCATION_ID``     its allocation id in the store
-=============================  ==========================================================
-
-Without the JSON variable, :meth:`TaskAllocation.from_env` builds a one-node allocation
-from the flat ones (handy for running a task by hand).
+A gang needs, per node, the SSH connection id and GPU indices, which the flat variables
+carry only for the first node. For that the executor adds ``GPU_POOL_TASK_ALLOCATION``
+(:meth:`RemoteAllocation.to_env` writes it): JSON ``{"request": ..., "slots": [{"node",
+"ssh_conn_id", "gpu_indices", "gpu_milli", "allocation_id"}, ...]}``, one slot per node in
+rank order. When present it is authoritative. A gang placement without it is refused with
+a clear error rather than run on the first node only.
 """
 
 from __future__ import annotations
@@ -50,7 +42,7 @@ class NodeSlot:
 
 
 @dataclass(frozen=True)
-class TaskAllocation:
+class RemoteAllocation:
     request: str
     slots: tuple[NodeSlot, ...]
 
@@ -60,7 +52,7 @@ class TaskAllocation:
 
     @classmethod
     def from_model(cls, request: str, allocations: Sequence[Allocation],
-                   ssh_conn_ids: Mapping[str, str]) -> TaskAllocation:
+                   ssh_conn_ids: Mapping[str, str]) -> RemoteAllocation:
         """From the store's allocations of one request (a gang: one per node, rank order)."""
         slots = []
         for a in allocations:
@@ -93,6 +85,8 @@ class TaskAllocation:
             ENV_JSON: json.dumps(doc, separators=(",", ":")),
             "GPU_POOL_REQUEST": self.request,
             "GPU_POOL_NODE": first.node,
+            "GPU_POOL_NODES": ",".join(s.node for s in self.slots),
+            "CUDA_VISIBLE_DEVICES": ",".join(map(str, first.gpu_indices)),
             "GPU_POOL_SSH_CONN_ID": first.ssh_conn_id,
             "GPU_POOL_GPU_INDICES": ",".join(map(str, first.gpu_indices)),
             "GPU_POOL_GPU_MILLI": str(first.gpu_milli),
@@ -100,7 +94,7 @@ class TaskAllocation:
         }
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> TaskAllocation | None:
+    def from_env(cls, environ: Mapping[str, str]) -> RemoteAllocation | None:
         """The allocation the executor passed, or ``None`` when there is none."""
         if environ.get(ENV_JSON):
             try:
@@ -114,6 +108,9 @@ class TaskAllocation:
                                 f"the JSON document the executor writes ({error})") from None
         if not environ.get("GPU_POOL_NODE"):
             return None
+        if len([n for n in environ.get("GPU_POOL_NODES", "").split(",") if n]) > 1:
+            raise SpecError(ENV_JSON, None, "the per-node slots of a gang placement "
+                            f"(GPU_POOL_NODES={environ['GPU_POOL_NODES']!r} names several nodes)")
         for name in ("GPU_POOL_SSH_CONN_ID", "GPU_POOL_GPU_INDICES"):
             if not environ.get(name):
                 raise SpecError(name, environ.get(name), "set together with GPU_POOL_NODE")

@@ -162,6 +162,16 @@ def _exports(env: Mapping[str, str]) -> str:
     return "".join(f"export {check_env_name(k)}={shlex.quote(v)}\n" for k, v in env.items())
 
 
+# ``group_alive PGID``: whether any process of the group still runs. Zombies do not count
+# (``kill -0`` would count them): they hold no GPU memory and wait only for a reaper,
+# which in a container without an init may never come.
+_GROUP_ALIVE = (
+    "group_alive() { if command -v ps >/dev/null 2>&1; then "
+    "ps -eo pgid=,stat= | awk -v g=\"$1\" '$1 == g && $2 !~ /^Z/ { f = 1 } END { exit !f }'; "
+    "else kill -0 -- \"-$1\" 2>/dev/null; fi; }\n"
+)
+
+
 def _kill_script(job: RemoteJob, grace_s: float, reason: str) -> str:
     """Shell that kills the job group: SIGTERM, ``grace_s``, SIGKILL; prints one status line.
 
@@ -172,19 +182,19 @@ def _kill_script(job: RemoteJob, grace_s: float, reason: str) -> str:
         raise SpecError("reason", reason, "lower-case letters and _ (e.g. 'cancelled')")
     ticks = max(1, int(round(grace_s * 10)))
     d = shlex.quote(job.job_dir)
-    return f"""d={d}
+    return _GROUP_ALIVE + f"""d={d}
 p=$(cat "$d/pid" 2>/dev/null || true)
 case "$p" in ''|*[!0-9]*) p=0 ;; esac
-if [ "$p" -le 1 ] || ! kill -0 -- "-$p" 2>/dev/null; then echo '{KILL_TAG} absent'; exit 0; fi
+if [ "$p" -le 1 ] || ! group_alive "$p"; then echo '{KILL_TAG} absent'; exit 0; fi
 [ -s "$d/killed" ] || printf '%s' {reason} > "$d/killed"
 kill -TERM -- "-$p" 2>/dev/null
 i=0
-while kill -0 -- "-$p" 2>/dev/null && [ "$i" -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done
-if ! kill -0 -- "-$p" 2>/dev/null; then echo '{KILL_TAG} terminated'; exit 0; fi
+while group_alive "$p" && [ "$i" -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done
+if ! group_alive "$p"; then echo '{KILL_TAG} terminated'; exit 0; fi
 kill -KILL -- "-$p" 2>/dev/null
 i=0
-while kill -0 -- "-$p" 2>/dev/null && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i+1)); done
-if kill -0 -- "-$p" 2>/dev/null; then echo '{KILL_TAG} survived'; else echo '{KILL_TAG} killed'; fi
+while group_alive "$p" && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+if group_alive "$p"; then echo '{KILL_TAG} survived'; else echo '{KILL_TAG} killed'; fi
 """
 
 
@@ -273,13 +283,14 @@ def build_poll_command(job: RemoteJob) -> str:
     """Prints ``gpu-pool-status <exit|-> <group alive 0|1> <monitor alive 0|1> <log bytes>
     <killed reason|->``, or ``gpu-pool-status missing``."""
     d = shlex.quote(job.job_dir)
-    alive = ("case \"$p\" in ''|*[!0-9]*) p=0 ;; esac\n"
-             "if [ \"$p\" -gt 1 ] && kill -0 -- \"$s$p\" 2>/dev/null; then echo 1; else echo 0; fi")
-    return f"""d={d}
+    number = "case \"$p\" in ''|*[!0-9]*) p=0 ;; esac; "
+    return _GROUP_ALIVE + f"""d={d}
 if [ ! -d "$d" ]; then echo '{STATUS_TAG} missing'; exit 0; fi
 ec=-; [ -s "$d/exit" ] && ec=$(cat "$d/exit")
-g=$(p=$(cat "$d/pid" 2>/dev/null || true); s=-; {alive})
-m=$(p=$(cat "$d/monitor.pid" 2>/dev/null || true); s=; {alive})
+p=$(cat "$d/pid" 2>/dev/null || true); {number}
+g=0; [ "$p" -gt 1 ] && group_alive "$p" && g=1
+p=$(cat "$d/monitor.pid" 2>/dev/null || true); {number}
+m=0; [ "$p" -gt 1 ] && kill -0 "$p" 2>/dev/null && m=1
 size=$(stat -c%s "$d/log" 2>/dev/null || echo 0)
 k=-; [ -s "$d/killed" ] && k=$(head -c 32 "$d/killed" | tr -c 'a-z_' '_')
 echo "{STATUS_TAG} $ec $g $m $size $k"
