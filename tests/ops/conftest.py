@@ -116,3 +116,61 @@ def webhook() -> Iterator[Receiver]:
     yield receiver
     server.shutdown()
     server.server_close()
+
+
+# ---------------------------------------------------------------- databases
+
+PG_ADMIN = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
+
+
+def _pg_database() -> Iterator[str]:
+    from sqlalchemy import create_engine, text
+
+    name = f"gp_ops_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as error:  # noqa: BLE001 - say why the PostgreSQL half cannot run
+        admin.dispose()
+        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 is needed for this test: {error}")
+    try:
+        yield f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    """A fresh, empty database of each dialect."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+    else:
+        yield from _pg_database()
+
+
+def apply_ops_sql(engine) -> None:  # noqa: ANN001 - an Engine
+    """Run sql/020_ops.sql statement by statement (what the store's migrate does)."""
+    from pathlib import Path
+
+    from sqlalchemy import text
+
+    sql = (Path(__file__).resolve().parents[2] / "sql" / "020_ops.sql").read_text()
+    body = "\n".join(line.split("--", 1)[0] for line in sql.splitlines())
+    with engine.begin() as conn:
+        for statement in filter(str.strip, body.split(";")):
+            conn.execute(text(statement))
+
+
+@pytest.fixture
+def records(db_url: str):
+    from sqlalchemy import create_engine
+
+    from gpu_pool.ops.records import OpsRecords
+
+    engine = create_engine(db_url)
+    apply_ops_sql(engine)
+    yield OpsRecords(engine)
+    engine.dispose()
