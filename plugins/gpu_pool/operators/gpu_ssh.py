@@ -1,0 +1,266 @@
+"""GpuSSHOperator: run a shell command on the GPUs gpu-pool allocates, over SSH.
+
+At DAG parse time the operator validates its GPU request (``gpus``, ``gpu_models``,
+``team``...; see :mod:`gpu_pool.operators.request_spec`) and routes itself to the
+``GpuPool`` executor with ``executor_config={"gpu_pool": <spec>}``. A bad spec is an
+import error naming the task and the field.
+
+At run time the executor has placed the request and started the task process with the
+allocation in its environment (:mod:`gpu_pool.remote.allocation`). The operator then
+
+1. starts the command on each node of the allocation, detached in its own process group,
+   with ``CUDA_VISIBLE_DEVICES`` and ``GPU_POOL_*`` exported inside the remote command
+   (:mod:`gpu_pool.remote.job`), and records the jobs in XCom (``gpu_pool_jobs``);
+2. defers to :class:`~gpu_pool.triggers.remote_job.GpuRemoteJobTrigger`, which polls from
+   the triggerer (no worker slot is pinned for a long training), streams the output into
+   the task log and kills the jobs at the time limit;
+3. at ``warn_at`` × ``time_limit`` (default 80 %) calls each ``on_time_limit_warning``
+   callback — an Airflow notifier (``SmtpNotifier(...)``, ``SlackWebhookNotifier(...)``) or
+   any ``callable(context)``; ``context["gpu_pool_warning"]`` holds the elapsed time and the
+   limit — and defers again;
+4. succeeds iff every remote exit status is 0; a timeout, a kill or a lost node fails it.
+
+``on_kill`` (mark failed, clear, worker kill) kills the remote process groups.
+``deferrable=False`` runs the same trigger loop inside the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from gpu_pool.errors import SpecError
+from gpu_pool.operators.request_spec import SPEC_KEY, request_spec
+from gpu_pool.remote.allocation import RemoteAllocation
+from gpu_pool.remote.job import (
+    DEFAULT_BASE_DIR,
+    DEFAULT_KILL_GRACE_S,
+    RemoteJob,
+    check_env_name,
+    job_environment,
+    make_job_id,
+)
+from gpu_pool.remote.runner import RemoteJobRunner
+from gpu_pool.spec import parse_duration
+from gpu_pool.triggers.remote_job import GpuRemoteJobTrigger
+
+EXECUTOR_ALIAS = "GpuPool"
+XCOM_JOBS = "gpu_pool_jobs"
+
+
+class GpuRemoteJobFailed(Exception):
+    """The remote command failed, timed out, was killed or its node was lost."""
+
+
+def _seconds(value: Any, field: str) -> float | None:
+    return None if value is None else parse_duration(value, field).total_seconds()
+
+
+class GpuSSHOperator(BaseOperator):
+    """Run ``command`` on the node and GPUs gpu-pool allocates (see the module docstring).
+
+    :param command: the shell command to run on the node (templated)
+    :param team: the team whose quota pays; the other request fields are those of
+        :func:`gpu_pool.spec.parse_request`: ``gpus``, ``gpu_share``, ``nodes``,
+        ``gpus_per_node``, ``gpu_models``, ``min_gpu_memory``, ``cpu``, ``memory``,
+        ``purpose``, ``priority``, ``dataset`` (an ``Asset`` or URI), ``dataset_zone``,
+        ``dataset_size_gib``, ``data_ready``, ``time_limit``, ``estimated_runtime``,
+        ``preemptible``
+    :param environment: extra variables exported to the command (templated; values literal)
+    :param warn_at: share of ``time_limit`` after which the warning callbacks run
+    :param on_time_limit_warning: notifiers or callables taking the task context
+    :param kill_grace: seconds between SIGTERM and SIGKILL when the job is stopped
+    :param poll_interval: seconds between polls of the node
+    :param remote_base_dir: where job directories live on the nodes
+    """
+
+    template_fields: Sequence[str] = ("command", "environment")
+    template_fields_renderers = {"command": "bash", "environment": "json"}
+    ui_color = "#d9f2d0"
+
+    def __init__(self, *, command: str, team: str | None = None,
+                 environment: dict[str, str] | None = None, warn_at: float = 0.8,
+                 on_time_limit_warning: Callable[[Any], Any]
+                 | Sequence[Callable[[Any], Any]] | None = None,
+                 kill_grace: float | timedelta = DEFAULT_KILL_GRACE_S,
+                 poll_interval: float = 5.0, remote_base_dir: str = DEFAULT_BASE_DIR,
+                 deferrable: bool = True, gpus: int | None = None,
+                 gpu_share: int | None = None, nodes: int | None = None,
+                 gpus_per_node: int | None = None, gpu_models: Any = None,
+                 min_gpu_memory: Any = None, cpu: Any = None, memory: Any = None,
+                 purpose: str | None = None, priority: str | None = None, dataset: Any = None,
+                 dataset_zone: str | None = None, dataset_size_gib: float | None = None,
+                 data_ready: bool | None = None, time_limit: Any = None,
+                 estimated_runtime: Any = None, preemptible: bool | None = None,
+                 **kwargs: Any) -> None:
+        executor = kwargs.pop("executor", EXECUTOR_ALIAS)
+        executor_config = dict(kwargs.pop("executor_config", None) or {})
+        if dataset is not None and hasattr(dataset, "uri"):
+            kwargs["inlets"] = [*(kwargs.get("inlets") or []), dataset]
+        super().__init__(executor=executor, **kwargs)
+        where = f"task {self.task_id!r}"
+        if executor != EXECUTOR_ALIAS:
+            raise SpecError("executor", executor, f"{EXECUTOR_ALIAS!r} (GPU tasks run on the "
+                            "GpuPool executor)", where=where)
+        self.spec = request_spec(self.task_id, {
+            "team": team, "gpus": gpus, "gpu_share": gpu_share, "nodes": nodes,
+            "gpus_per_node": gpus_per_node, "gpu_models": gpu_models,
+            "min_gpu_memory": min_gpu_memory, "cpu": cpu, "memory": memory,
+            "purpose": purpose, "priority": priority, "dataset": dataset,
+            "dataset_zone": dataset_zone, "dataset_size_gib": dataset_size_gib,
+            "data_ready": data_ready, "time_limit": time_limit,
+            "estimated_runtime": estimated_runtime, "preemptible": preemptible})
+        self.executor_config = {**executor_config, SPEC_KEY: self.spec}
+        if not 0 < warn_at <= 1:
+            raise SpecError("warn_at", warn_at, "a share of the time limit in (0, 1]",
+                            where=where)
+        for name in environment or {}:
+            try:
+                check_env_name(name)
+            except SpecError as error:
+                raise error.located(where) from None
+        self.command = command
+        self.environment = environment
+        self.time_limit_s = _seconds(self.spec.get("time_limit"), "time_limit")
+        self.warn_at = warn_at
+        callbacks = on_time_limit_warning
+        self.on_time_limit_warning = (
+            [] if callbacks is None else list(callbacks) if isinstance(callbacks, Sequence)
+            else [callbacks])
+        self.kill_grace_s = _seconds(kill_grace, "kill_grace") or DEFAULT_KILL_GRACE_S
+        self.poll_interval = poll_interval
+        self.remote_base_dir = remote_base_dir
+        try:
+            RemoteJob("parse-check", remote_base_dir)  # the directory, checked at parse time
+        except SpecError as error:
+            raise error.located(where) from None
+        self.deferrable = deferrable
+        self._jobs: list[dict[str, str]] = []
+
+    # -- starting --------------------------------------------------------------------------
+
+    def _allocation(self) -> RemoteAllocation:
+        allocation = RemoteAllocation.from_env(os.environ)
+        if allocation is None:
+            raise GpuRemoteJobFailed(
+                f"task {self.task_id!r} has no GPU allocation: no GPU_POOL_* variables in its "
+                f"environment. GPU tasks must run on the {EXECUTOR_ALIAS!r} executor "
+                "(dag.test() ignores executor=).")
+        return allocation
+
+    def start_jobs(self, allocation: RemoteAllocation, try_number: int) -> list[dict[str, str]]:
+        """Start the command on every node of the allocation; on a failure, undo the rest."""
+        started: list[dict[str, str]] = []
+        try:
+            for slot, placement in zip(allocation.slots, allocation.placements(), strict=True):
+                job = RemoteJob(make_job_id(allocation.request or self.task_id, slot.node,
+                                            f"try{try_number}"), self.remote_base_dir)
+                env = job_environment(placement, job, self.environment)
+                with RemoteJobRunner(slot.ssh_conn_id) as runner:
+                    pgid = runner.start(self.command, job, env, time_limit_s=self.time_limit_s,
+                                        kill_grace_s=self.kill_grace_s)
+                self.log.info("Started job %s on %s (GPUs %s, process group %d)", job.job_id,
+                              slot.node, env["CUDA_VISIBLE_DEVICES"], pgid)
+                started.append({"node": slot.node, "ssh_conn_id": slot.ssh_conn_id,
+                                **job.to_dict()})
+        except Exception:
+            self.kill_jobs(started, reason="start_failed")
+            raise
+        return started
+
+    def kill_jobs(self, jobs: list[dict[str, str]], *, reason: str = "cancelled") -> None:
+        for spec in jobs:
+            try:
+                with RemoteJobRunner(spec["ssh_conn_id"]) as runner:
+                    answer = runner.kill(RemoteJob.from_dict(spec), reason=reason,
+                                         grace_s=self.kill_grace_s)
+                self.log.warning("Killed job %s on %s: %s", spec["job_id"], spec["node"], answer)
+            except Exception as error:
+                self.log.error("Could not kill job %s on %s: %s", spec["job_id"], spec["node"],
+                               error)
+
+    def _trigger(self, jobs: list[dict[str, str]], started_at: float, *, warned: bool = False,
+                 log_offsets: dict[str, int] | None = None) -> GpuRemoteJobTrigger:
+        warn_at_s = None if self.time_limit_s is None else self.warn_at * self.time_limit_s
+        return GpuRemoteJobTrigger(
+            jobs=jobs, started_at=started_at, time_limit_s=self.time_limit_s,
+            warn_at_s=warn_at_s, warned=warned or not self.on_time_limit_warning,
+            kill_grace_s=self.kill_grace_s, poll_interval=self.poll_interval,
+            log_offsets=log_offsets)
+
+    def execute(self, context: Any) -> None:
+        allocation = self._allocation()
+        self.log.info("Allocation %s", allocation.external_id)
+        jobs = self.start_jobs(allocation, int(context["ti"].try_number))
+        self._jobs = jobs
+        started_at = time.time()
+        context["ti"].xcom_push(key=XCOM_JOBS, value={"jobs": jobs, "started_at": started_at})
+        trigger = self._trigger(jobs, started_at)
+        if self.deferrable:
+            self.defer(trigger=trigger, method_name="execute_complete")
+        while True:  # not deferrable: the trigger's loop, in this process
+            event = asyncio.run(_first_event(trigger))
+            trigger = self._handle(context, event, started_at)
+            if trigger is None:
+                return
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> None:
+        started_at = float(event.get("started_at") or time.time())
+        trigger = self._handle(context, event, started_at)
+        if trigger is not None:
+            self.defer(trigger=trigger, method_name="execute_complete")
+
+    def _handle(self, context: Any, event: dict[str, Any],
+                started_at: float) -> GpuRemoteJobTrigger | None:
+        """The next trigger to wait on, or ``None`` when the task is over (raises on failure)."""
+        jobs = event["jobs"]
+        self._jobs = jobs
+        status = event["status"]
+        if status == "warning":
+            self._warn(context, event)
+            return self._trigger(jobs, event.get("started_at", started_at), warned=True,
+                                 log_offsets=event.get("log_offsets"))
+        if status == "error":
+            self.kill_jobs(jobs, reason="node_lost")
+            raise GpuRemoteJobFailed(f"task {self.task_id!r}: {event.get('message')}")
+        results = event.get("results", {})
+        summary = ", ".join(f"{r['node']}: exit {r['exit_code']}"
+                            + (f" ({r['killed']})" if r.get("killed") else "")
+                            for r in results.values())
+        if event.get("outcome") != "success":
+            raise GpuRemoteJobFailed(
+                f"task {self.task_id!r}: remote job {event.get('outcome')}: {summary}")
+        self.log.info("Remote job succeeded: %s", summary)
+        return None
+
+    def _warn(self, context: Any, event: dict[str, Any]) -> None:
+        elapsed, limit = event.get("elapsed_s"), event.get("time_limit_s")
+        self.log.warning("Task %s has used %.0f s of its %.0f s time limit (%.0f %%)",
+                         self.task_id, elapsed or 0, limit or 0,
+                         100 * (elapsed or 0) / (limit or 1))
+        context["gpu_pool_warning"] = {"elapsed_s": elapsed, "time_limit_s": limit,
+                                       "task_id": self.task_id, "jobs": event["jobs"]}
+        for callback in self.on_time_limit_warning:
+            try:
+                callback(context)
+            except Exception as error:  # a broken notifier must not fail the training
+                self.log.error("Time-limit warning callback %r failed: %s", callback, error)
+
+    def on_kill(self) -> None:
+        """The task process is being killed: stop the remote process groups it started.
+
+        While deferred there is no task process; the trigger's ``on_kill`` covers that case.
+        """
+        self.kill_jobs(self._jobs, reason="cancelled")
+
+
+async def _first_event(trigger: GpuRemoteJobTrigger) -> dict[str, Any]:
+    async for event in trigger.run():
+        return dict(event.payload)
+    raise GpuRemoteJobFailed("the trigger ended without an event")
