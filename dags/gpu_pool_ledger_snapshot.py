@@ -1,0 +1,47 @@
+"""gpu_pool_ledger_snapshot (hourly): ledger, fleet, queue and events to object storage,
+and the monthly per-team report once a month is over.
+
+Keys are deterministic (``ledger/dt=2026-12-01/part-0.parquet``): a rerun overwrites. If the
+object store is down the task fails with a clear message and retries; the next run catches
+up every missed day and month (``ops_exports`` records what was written).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from airflow.sdk import dag, task
+
+
+@dag(dag_id="gpu_pool_ledger_snapshot", schedule="@hourly", start_date=datetime(2026, 1, 1),
+     catchup=False, max_active_runs=1, tags=["gpu-pool", "ops"],
+     default_args={"retries": 3, "retry_delay": timedelta(minutes=10)})
+def gpu_pool_ledger_snapshot() -> None:
+    @task
+    def export_snapshots() -> list[str]:
+        from gpu_pool.ops import airflow_adapters as af
+        from gpu_pool.ops.runs import run_snapshots
+
+        config = af.ops_config()
+        done = run_snapshots(af.open_store(), af.object_store(config), config,
+                             datetime.now(UTC))
+        return [d.period.isoformat() for d in done]
+
+    @task
+    def monthly_reports() -> list[str]:
+        from gpu_pool.cli.context import policy
+        from gpu_pool.ops import airflow_adapters as af
+        from gpu_pool.ops.runs import months_due, run_report
+
+        config = af.ops_config()
+        store, now = af.open_store(), datetime.now(UTC)
+        objstore = af.object_store(config)
+        months = months_due(store, now)
+        for month in months:
+            run_report(store, objstore, month, policy(), now)
+        return months
+
+    export_snapshots() >> monthly_reports()
+
+
+gpu_pool_ledger_snapshot()
