@@ -72,11 +72,11 @@ def effective_milli(request: Request) -> int:
 
 
 def view_key(request: Request) -> tuple:
-    """Requests with equal keys have equal static views (shape, models, data, quota key)."""
+    """Requests with equal keys have equal static views (shape, models, data)."""
     ds = request.dataset
     return (request.gpus, request.gpu_milli, request.nodes, request.gpu_models,
             request.min_gpu_memory_mib, request.cpu_milli, request.memory_mib,
-            None if ds is None else (ds.zone, ds.size_gib), request.team, request.purpose)
+            None if ds is None else (ds.zone, ds.size_gib))
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,7 @@ class RequestView:
     penalty: np.ndarray
     transfer: np.ndarray
     cross_zone: np.ndarray
+    signature: int  # equal for views with equal masks and penalties (request classes)
 
 
 def build_view(request: Request, layout: FleetLayout, policy: Policy) -> RequestView:
@@ -139,7 +140,8 @@ def _build_view(request: Request, layout: FleetLayout, policy: Policy) -> Reques
     t_max = max(policy.max_transfer_seconds, 1e-9)
     zone_pen = ZONE_BASE + np.rint(ZONE_SPAN * np.minimum(transfer / t_max, 1.0))
     penalty += np.where(cross, zone_pen, 0).astype(np.int64)
-    return RequestView(compatible, zone_ok, penalty, transfer, cross)
+    signature = hash((compatible.tobytes(), zone_ok.tobytes(), penalty.tobytes()))
+    return RequestView(compatible, zone_ok, penalty, transfer, cross, signature)
 
 
 def part_value(weight: int, request: Request, penalty: int) -> int:

@@ -40,12 +40,16 @@ from gpu_pool.model import Allocation, Policy, PriorityClass, Quota, Request
 MixSpec = tuple[tuple[tuple[int, int], float], ...]
 
 
-def mix_of(requests: Sequence[Request], given: MixSpec = ()) -> WorkloadMix:
+def mix_of(requests: Sequence[Request], given: MixSpec | WorkloadMix = ()) -> WorkloadMix:
     """The mix FGD measures against: ``given`` if any, else the shapes of ``requests``.
 
-    Derived shapes keep GPU count, share and accepted models but not CPU or RAM, so a
-    large queue yields a handful of shapes rather than one per request.
+    ``given`` is either :attr:`Snapshot.workload_mix` pairs or a full :class:`WorkloadMix`
+    (with CPU per shape, as the simulator derives it from a trace). Derived shapes keep GPU
+    count, share and accepted models but not CPU or RAM, so a large queue yields a handful
+    of shapes rather than one per request.
     """
+    if isinstance(given, WorkloadMix):
+        return given
     if given:
         return WorkloadMix.from_snapshot(given)
     shapes = [TaskShape(r.gpus, r.gpu_milli if r.gpus else 0, 0, 0, r.gpu_models)
@@ -63,7 +67,7 @@ def plan(snapshot: Snapshot) -> Plan:
 
 def plan_on_state(state: FleetState, requests: Sequence[Request], *,
                   quotas: Sequence[Quota] = (), allocations_usage: Sequence[Allocation] = (),
-                  policy: Policy, now: datetime, workload_mix: MixSpec = (),
+                  policy: Policy, now: datetime, workload_mix: MixSpec | WorkloadMix = (),
                   use_solver: bool = True) -> Plan:
     """Plan ``requests`` onto the free capacity of ``state`` (which is not changed).
 

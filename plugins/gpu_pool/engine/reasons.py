@@ -133,10 +133,11 @@ def pending_reason(request: Request, weight: int, view: RequestView, groups: np.
                              "outranked: the capacity it fits in went to higher-priority "
                              "requests this cycle")
     if inputs.start.headroom:
-        relaxed = Cycle(inputs.start.state, inputs.start.remaining, 0, inputs.start.frag)
+        relaxed = Cycle(inputs.start.state, inputs.start.remaining, 0, inputs.start.frag,
+                        inputs.start.state.whole_free_up())
         if fit(relaxed, request, weight, view, groups) is not None:
             return PendingReason(name, ReasonCode.HEADROOM_RESERVED,
                                  f"{inputs.start.headroom} whole GPUs are held for critical "
-                                 f"work and only {inputs.start.whole_free_up} are free")
+                                 f"work and only {inputs.start.state.whole_free_up()} are free")
     return PendingReason(name, ReasonCode.WAITING_FOR_CAPACITY,
                          _missing(request, view, inputs.start))
