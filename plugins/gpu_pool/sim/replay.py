@@ -1,0 +1,319 @@
+"""The replay benchmark: a working cluster over time, in virtual time.
+
+Protocol
+--------
+* A task arrives at ``creation_time`` and, once started, runs ``deletion_time -
+  scheduled_time`` seconds (``deletion_time - creation_time`` when the trace never scheduled
+  it), at least one second.
+* Placement cycles run every ``heartbeat_s`` seconds of virtual time; a cycle first releases
+  the tasks that ended, then admits the arrivals, then lets the policy start pending tasks.
+  Cycles in which nothing arrived or ended are skipped (their outcome would not change).
+* ``load`` (optional): the openb timestamps spread 8,152 tasks over 149 days, an offered
+  GPU load of about 0.2% of the fleet, so nothing ever queues; ``load`` compresses the
+  arrival times (durations unchanged) until the offered load (GPU-seconds asked / GPU-seconds
+  of the fleet over the arrival span) equals it.
+* ``qos`` becomes a priority class: Guaranteed -> critical, LS (latency-sensitive) -> high,
+  Burstable -> normal, BE (best effort) -> low; a task without qos is normal.
+
+Policies
+--------
+engine
+    :func:`gpu_pool.engine.plan_on_state` over the pending queue (head of at most
+    ``max_cycle_tasks`` in priority then arrival order), priorities and aging included.
+fifo
+    A plain Airflow pool: one counter of GPU slots (the fleet's GPUs; a task takes
+    ``ceil(GPUs asked)``, CPU-only tasks none), first come first served; the head starts when
+    the counter has its slots and a node fits it first-fit, otherwise everyone waits.
+bestfit
+    Pending tasks in arrival order, each started wherever the bestfit baseline puts it.
+
+Reported over the arrival window (first to last arrival): GPU allocation (time-weighted mean, peak hours 08-20 and off-peak,
+hour of day = trace seconds // 3600 mod 24), queueing delay per priority class (median, p95,
+max), tasks never started, fragmentation (FGD measure as % of free GPU milli, time-weighted),
+solve time per cycle (median, p95, max).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+
+from gpu_pool.engine import FleetState, plan_on_state
+from gpu_pool.engine.fragmentation import MILLI, FleetFragmentation
+from gpu_pool.engine.types import NodeAssignment, Placement
+from gpu_pool.errors import SpecError
+from gpu_pool.model import Policy, PriorityClass
+from gpu_pool.sim.baselines import BestFitPlacer, FirstFitPlacer
+from gpu_pool.sim.engine_policy import SIM_EPOCH, domain_node, domain_request
+from gpu_pool.sim.fleet import SimFleet
+from gpu_pool.sim.packing import typical_mix
+from gpu_pool.sim.trace import Trace, TraceTask
+
+QOS_PRIORITY = {
+    "Guaranteed": PriorityClass.CRITICAL,
+    "LS": PriorityClass.HIGH,
+    "Burstable": PriorityClass.NORMAL,
+    "BE": PriorityClass.LOW,
+}
+PEAK_HOURS = range(8, 20)
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    heartbeat_s: float = 60.0
+    sample: float = 1.0
+    seed: int = 42
+    max_cycle_tasks: int = 2000
+    load: float | None = None  # compress arrival times so the offered GPU load is this
+
+
+@dataclass(frozen=True)
+class Job:
+    index: int
+    task: TraceTask
+    arrival: int
+    duration: int
+    priority: PriorityClass
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    policy: str
+    config: ReplayConfig
+    jobs: tuple[Job, ...]
+    start: tuple[float | None, ...]  # per job, virtual seconds; None: never started
+    times: tuple[float, ...]  # cycle times processed
+    allocated: tuple[float, ...]  # allocation ratio after each processed cycle
+    frag_pct: tuple[float, ...]  # FGD fragmentation, % of free GPU milli, after each cycle
+    cycle_seconds: tuple[float, ...]
+    end_time: float
+
+
+def jobs_of(trace: Trace, config: ReplayConfig) -> list[Job]:
+    tasks = list(trace.tasks)
+    if any(t.creation_time is None or t.deletion_time is None for t in tasks):
+        raise SpecError("creation_time", None, "a task list with creation_time and "
+                        "deletion_time (the multigpu* files have no timestamps)",
+                        where=trace.tasks_path)
+    if config.sample < 1:
+        rng = np.random.default_rng(config.seed)
+        keep = rng.random(len(tasks)) < config.sample
+        tasks = [t for t, k in zip(tasks, keep, strict=True) if k]
+    jobs = []
+    for t in tasks:
+        began = t.scheduled_time if t.scheduled_time is not None else t.creation_time
+        duration = max(1, int(t.deletion_time) - int(began))  # type: ignore[arg-type]
+        prio = QOS_PRIORITY.get(t.qos or "", PriorityClass.NORMAL)
+        jobs.append((int(t.creation_time), t, duration, prio))  # type: ignore[arg-type]
+    jobs.sort(key=lambda j: (j[0], j[1].name))
+    if config.load is not None and jobs:
+        first, last = jobs[0][0], jobs[-1][0]
+        gpu_seconds = sum(t.total_gpu_milli / MILLI * d for _, t, d, _ in jobs)
+        offered = gpu_seconds / (trace.total_gpus * max(1, last - first))
+        scale = offered / config.load
+        jobs = [(first + int((a - first) * scale), t, d, p) for a, t, d, p in jobs]
+    return [Job(i, t, a, d, p) for i, (a, t, d, p) in enumerate(jobs)]
+
+
+class _Runner:
+    def __init__(self, trace: Trace, policy: str, config: ReplayConfig) -> None:
+        self.policy = policy
+        self.config = config
+        self.fleet = SimFleet(trace.nodes)
+        self.rng = np.random.default_rng(config.seed)
+        self.mix = typical_mix(trace.tasks)
+        self.frag = FleetFragmentation(self.fleet.free_milli, self.fleet.free_cpu,
+                                       self.fleet.free_memory, self.fleet.models, self.mix)
+        self.engine_policy = Policy()
+        self.nodes = tuple(domain_node(n, self.engine_policy) for n in trace.nodes)
+        self.state = FleetState.from_nodes(self.nodes) if policy == "engine" else None
+        self.row_of = {n.name: i for i, n in enumerate(self.nodes)}
+        self.slots_free = int(self.fleet.gpus.sum())
+        self.bestfit = BestFitPlacer(self.fleet, self.rng)
+        self.firstfit = FirstFitPlacer(self.fleet, self.rng)
+
+    @staticmethod
+    def slots(task: TraceTask) -> int:
+        return math.ceil(task.total_gpu_milli / MILLI) if task.num_gpu else 0
+
+    def start(self, job: Job, node: int, cols: tuple[int, ...]) -> None:
+        self.fleet.take(job.task, node, cols)
+        self.frag.refresh([node])
+        self.slots_free -= self.slots(job.task)
+        if self.state is not None:
+            t = job.task
+            part = NodeAssignment(self.nodes[node].name, cols, t.gpu_milli if t.num_gpu else 0,
+                                  t.cpu_milli, t.memory_mib)
+            self.state.apply(Placement(f"j{job.index}", (part,)))
+
+    def finish(self, job: Job, node: int, cols: tuple[int, ...]) -> None:
+        self.fleet.release(job.task, node, cols)
+        self.frag.refresh([node])
+        self.slots_free += self.slots(job.task)
+        if self.state is not None:
+            t = job.task
+            self.state.release([NodeAssignment(self.nodes[node].name, cols,
+                                               t.gpu_milli if t.num_gpu else 0, t.cpu_milli,
+                                               t.memory_mib)])
+
+    def cycle(self, pending: list[Job], now: float) -> list[tuple[Job, int, tuple[int, ...]]]:
+        started: list[tuple[Job, int, tuple[int, ...]]] = []
+        if self.policy == "fifo":
+            for job in pending:
+                need = self.slots(job.task)
+                choice = self.firstfit.choose(job.task) if need <= self.slots_free else None
+                if choice is None:
+                    break
+                self.start(job, *choice)
+                started.append((job, *choice))
+            return started
+        if self.policy == "bestfit":
+            for job in pending:
+                choice = self.bestfit.choose(job.task)
+                if choice is not None:
+                    self.start(job, *choice)
+                    started.append((job, *choice))
+            return started
+        head = sorted(pending, key=lambda j: (j.priority.rank, j.arrival, j.index))
+        head = head[: self.config.max_cycle_tasks]
+        when = SIM_EPOCH + timedelta(seconds=now)
+        requests = [domain_request(j.task, f"j{j.index}", j.priority,
+                                   SIM_EPOCH + timedelta(seconds=j.arrival)) for j in head]
+        assert self.state is not None
+        plan = plan_on_state(self.state, requests, policy=self.engine_policy, now=when,
+                             workload_mix=self.mix)
+        by_name = {f"j{j.index}": j for j in head}
+        for p in plan.placements:
+            (part,) = p.assignments
+            job = by_name[p.request_name]
+            choice = (self.row_of[part.node], tuple(part.gpu_indices))
+            self.start(job, *choice)
+            started.append((job, *choice))
+        return started
+
+
+def run_replay(trace: Trace, policy: str, config: ReplayConfig = ReplayConfig()) -> ReplayResult:
+    jobs = jobs_of(trace, config)
+    runner = _Runner(trace, policy, config)
+    hb = config.heartbeat_s
+    start: list[float | None] = [None] * len(jobs)
+    running: list[tuple[float, int, int, tuple[int, ...]]] = []  # (end, job, node, cols)
+    pending: list[Job] = []
+    times: list[float] = []
+    allocated: list[float] = []
+    frags: list[float] = []
+    cycle_s: list[float] = []
+    nxt = 0
+    now = math.ceil(jobs[0].arrival / hb) * hb if jobs else 0.0
+    while nxt < len(jobs) or running:
+        running.sort()
+        changed = False
+        while running and running[0][0] <= now:
+            _, j, node, cols = running.pop(0)
+            runner.finish(jobs[j], node, cols)
+            changed = True
+        while nxt < len(jobs) and jobs[nxt].arrival <= now:
+            pending.append(jobs[nxt])
+            nxt += 1
+            changed = True
+        if changed and pending:
+            t0 = time.perf_counter()
+            started = runner.cycle(pending, now)
+            cycle_s.append(time.perf_counter() - t0)
+            done = {job.index for job, _, _ in started}
+            pending = [j for j in pending if j.index not in done]
+            for job, node, cols in started:
+                start[job.index] = now
+                running.append((now + job.duration, job.index, node, cols))
+        if changed:
+            times.append(now)
+            fleet = runner.fleet
+            allocated.append(fleet.allocated_milli / fleet.capacity_milli)
+            free = fleet.capacity_milli - fleet.allocated_milli
+            frags.append(100.0 * runner.frag.fleet_fragment() / free if free else 0.0)
+        upcoming = [r[0] for r in running[:1]] + ([jobs[nxt].arrival] if nxt < len(jobs) else [])
+        if not upcoming:
+            break
+        running.sort()
+        nearest = min(r[0] for r in running) if running else math.inf
+        if nxt < len(jobs):
+            nearest = min(nearest, jobs[nxt].arrival)
+        now = max(now + hb, math.ceil(nearest / hb) * hb)
+    return ReplayResult(policy, config, tuple(jobs), tuple(start), tuple(times),
+                        tuple(allocated), tuple(frags), tuple(cycle_s), float(now))
+
+
+def _weighted(times: Sequence[float], values: Sequence[float], end: float,
+              hours: range | None = None, inside: bool = True) -> float:
+    total = weight = 0.0
+    for k, t in enumerate(times):
+        t_next = times[k + 1] if k + 1 < len(times) else end
+        if t_next <= t:
+            continue
+        # Split the interval at hour boundaries only when a filter asks for it.
+        if hours is None:
+            total += values[k] * (t_next - t)
+            weight += t_next - t
+            continue
+        s = t
+        while s < t_next:
+            e = min(t_next, (s // 3600 + 1) * 3600)
+            if (int(s // 3600) % 24 in hours) == inside:
+                total += values[k] * (e - s)
+                weight += e - s
+            s = e
+    return total / weight if weight else float("nan")
+
+
+def hourly_allocation(result: ReplayResult) -> list[float]:
+    """Mean allocation % per hour of the day (0..23) over the arrival window."""
+    end = max(j.arrival for j in result.jobs) if result.jobs else result.end_time
+    return [100 * _weighted(result.times, result.allocated, end, range(h, h + 1))
+            for h in range(24)]
+
+
+def replay_summary(result: ReplayResult) -> dict[str, Any]:
+    delays: dict[str, list[float]] = {p.value: [] for p in PriorityClass}
+    never = 0
+    for job, s in zip(result.jobs, result.start, strict=True):
+        if s is None:
+            never += 1
+        else:
+            delays[job.priority.value].append(s - job.arrival)
+    queue = {}
+    for name, values in delays.items():
+        counted = sum(1 for j in result.jobs if j.priority.value == name)
+        if not counted:
+            continue
+        arr = np.asarray(values) if values else np.zeros(1)
+        queue[name] = {"tasks": counted, "started": len(values),
+                       "median": float(np.median(arr)), "p95": float(np.percentile(arr, 95)),
+                       "max": float(arr.max())}
+    cyc = np.asarray(result.cycle_seconds) * 1e3 if result.cycle_seconds else np.zeros(1)
+    # Measured over the arrival window: after the last arrival the cluster only drains.
+    end = max(j.arrival for j in result.jobs) if result.jobs else result.end_time
+    return {
+        "policy": result.policy,
+        "heartbeat_s": result.config.heartbeat_s,
+        "sample": result.config.sample,
+        "tasks": len(result.jobs),
+        "never_started": never,
+        "cycles": len(result.cycle_seconds),
+        "gpu_allocation_pct": {
+            "mean": 100 * _weighted(result.times, result.allocated, end),
+            "peak": 100 * _weighted(result.times, result.allocated, end, PEAK_HOURS, True),
+            "off_peak": 100 * _weighted(result.times, result.allocated, end, PEAK_HOURS, False),
+        },
+        "allocation_by_hour_pct": hourly_allocation(result),
+        "fragmentation_pct": _weighted(result.times, result.frag_pct, end),
+        "queueing_delay_s": queue,
+        "cycle_ms": {"median": float(np.median(cyc)), "p95": float(np.percentile(cyc, 95)),
+                     "max": float(cyc.max())},
+        "qos_to_priority": {k: v.value for k, v in QOS_PRIORITY.items()},
+    }
