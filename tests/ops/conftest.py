@@ -174,3 +174,62 @@ def records(db_url: str):
     apply_ops_sql(engine)
     yield OpsRecords(engine)
     engine.dispose()
+
+
+# ---------------------------------------------------------------- the store and its factories
+
+@dataclass
+class Fleet:
+    """Factories over a real, migrated store: teams, nodes, quotas, running tasks."""
+
+    store: object
+
+    def team(self, name: str, email: str | None = None, webhook: str | None = None) -> None:
+        from gpu_pool.model import Team
+
+        self.store.upsert_team(Team(name, notify_email=email, notify_webhook=webhook), "test")
+
+    def node(self, name: str, gpus: int = 4, model: str = "A100",
+             memory_mib: int = 80 * 1024) -> None:
+        from gpu_pool.model import Gpu, Node
+
+        self.store.import_nodes([Node(name, tuple(Gpu(i, model, memory_mib) for i in range(gpus)),
+                                      cpu_milli=64000, memory_mib=512 * 1024,
+                                      ssh_conn_id=f"ssh_{name}")], "test")
+
+    def quota(self, team: str, gpus: float, valid_from, expires_at, **kw) -> object:
+        from gpu_pool.model import Purpose, Quota
+
+        return self.store.set_quota(Quota(team, Purpose.TRAINING, gpus, valid_from, expires_at,
+                                          **kw), "test")
+
+    def run(self, name: str, team: str, gpus: int, at, *, link: bool = True,
+            time_limit=None, estimated=None) -> list:
+        """Submit and place a request at ``at``; returns its allocations."""
+        from gpu_pool.engine import plan
+        from gpu_pool.model import Policy, Request
+
+        req = Request(name, team, gpus=gpus, time_limit=time_limit, estimated_runtime=estimated,
+                      submitted_at=at)
+        fields = ({"dag_id": "train", "task_id": name, "run_id": "r1", "map_index": -1,
+                   "try_number": 1, "executor_key": f"ti-{name}"} if link else {})
+        self.store.submit_request(req, "test", at, **fields)
+        result = self.store.apply_plan(plan(self.store.load_snapshot(Policy(), at)), at, "test")
+        allocs = self.store.allocations_of(name)
+        assert allocs, f"{name} was not placed: {result}"
+        return allocs
+
+
+@pytest.fixture
+def store(db_url: str):
+    from gpu_pool.store import Store
+
+    s = Store.from_url(db_url)
+    s.migrate()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def fleet(store) -> Fleet:
+    return Fleet(store)
