@@ -134,8 +134,8 @@ def build_report(month: str, ledger: pd.DataFrame, quotas: Sequence[Quota],
     teams = teams.drop(columns=["util_x", "util_w"])
     reclaimed = pd.DataFrame([{"team": r.team, "idle": r.idle_gpu_hours} for r in reclaims
                               if r.team], columns=["team", "idle"])
-    teams["idle_gpu_hours_reclaimed"] = reclaimed.groupby("team")["idle"].sum()
-    teams["idle_gpu_hours_reclaimed"] = teams["idle_gpu_hours_reclaimed"].fillna(0.0)
+    idle = reclaimed.groupby("team")["idle"].sum().astype(float)
+    teams["idle_gpu_hours_reclaimed"] = idle.reindex(teams.index, fill_value=0.0)
     usage = quota_usage(led, quotas, month)
     per_team = usage.groupby("team")[["guaranteed_gpu_hours", "used_gpu_hours"]].sum()
     teams = teams.join(per_team.rename(columns={"used_gpu_hours": "quota_used_gpu_hours"}))
