@@ -48,7 +48,7 @@ BAD_INPUTS = [
      "priority: got 'urgent'; expected one of critical, high, normal, low, batch"),
     ("time limit zero", ["submit", "--name", "r", "--team", "nlp", "--time-limit", "0"],
      "time_limit: got '0'; expected a positive duration"),
-    ("time limit negative", ["submit", "--name", "r", "--team", "nlp", "--time-limit", "-1h"],
+    ("time limit negative", ["submit", "--name", "r", "--team", "nlp", "--time-limit=-1h"],
      "time_limit: got '-1h'; expected a positive duration"),
     ("quota expiring before it starts", ["quota", "set", "--team", "nlp", "--purpose",
                                          "training", "--gpus", "4", "--from", "2027-01-10",

@@ -41,7 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print JSON instead of a table")
     parser = _Parser(prog="gpu-pool", parents=[common],
                      description="Schedule a shared GPU fleet from Airflow.")
-    parser.set_defaults(db=None, json=False)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     subparsers.required = True
     subparsers.common = common  # type: ignore[attr-defined]  # command modules reuse it
@@ -59,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Defaults here, not in the parsers: the flags are shared by every subcommand parser,
+    # and a default set on one of them would override a value given before the command.
+    for name, default in (("db", None), ("json", False)):
+        if not hasattr(args, name):
+            setattr(args, name, default)
     try:
         return int(args.func(args) or 0)
     except SpecError as error:

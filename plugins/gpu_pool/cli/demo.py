@@ -85,8 +85,12 @@ def demo(args: argparse.Namespace, out: Any = None) -> int:
     _cycle(store, now, "Cycle 1 (09:00, peak hours)", out)
 
     now = START + timedelta(minutes=30)
-    say("\n09:30: vision-detr-sweep-1 and nlp-eval-nightly finish; their GPUs go back at once.\n")
-    for name in ("vision-detr-sweep-1", "nlp-eval-nightly"):
+    # The two running jobs with the shortest time limits finish first.
+    running = sorted({a.request_name: a for a in store.active_allocations()}.values(),
+                     key=lambda a: (a.ends_by or now + timedelta(days=365), a.request_name))
+    finished = [a.request_name for a in running[:2]]
+    say(f"\n09:30: {' and '.join(finished)} finish; their GPUs go back at once.\n")
+    for name in finished:
         store.release_request(name, outcome=Outcome.SUCCESS, actor=ACTOR,
                               reason="task succeeded", now=now, policy=policy())
     say("09:30: the ablation's dataset lands (its Asset event arrives).\n")
