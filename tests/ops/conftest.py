@@ -190,12 +190,12 @@ class Fleet:
         self.store.upsert_team(Team(name, notify_email=email, notify_webhook=webhook), "test")
 
     def node(self, name: str, gpus: int = 4, model: str = "A100",
-             memory_mib: int = 80 * 1024) -> None:
+             memory_mib: int = 80 * 1024, ssh_conn_id: str | None = None) -> None:
         from gpu_pool.model import Gpu, Node
 
         self.store.import_nodes([Node(name, tuple(Gpu(i, model, memory_mib) for i in range(gpus)),
                                       cpu_milli=64000, memory_mib=512 * 1024,
-                                      ssh_conn_id=f"ssh_{name}")], "test")
+                                      ssh_conn_id=ssh_conn_id or f"ssh_{name}")], "test")
 
     def quota(self, team: str, gpus: float, valid_from, expires_at, **kw) -> object:
         from gpu_pool.model import Purpose, Quota
