@@ -1,0 +1,168 @@
+"""Applying a plan: preemptions, then placements, then the reasons of what still waits.
+
+Terms
+-----
+guarded write
+    Every write re-checks, inside its transaction, what the plan assumed: the request is
+    still pending, its nodes are still up, each GPU still has room, CPU and RAM are still
+    free. A check that fails drops that placement (with the reason) instead of raising.
+drop
+    A placement that lost a race or went stale. It changes nothing; the request stays
+    pending and the next cycle plans it again.
+
+Invariants
+----------
+* One transaction per preemption and per placement, so one lost race drops only that
+  placement; a gang is placed whole or not at all (all its allocations in one transaction).
+* On PostgreSQL each of these transactions first takes ``pg_advisory_xact_lock`` on
+  :data:`APPLY_LOCK_KEY`, so schedulers apply one placement at a time; the database's own
+  guard (the ``gpus.allocated_milli`` CHECK and triggers, the unique index on whole GPUs)
+  forbids double allocation even without that lock.
+* GPU rows are written in (node, index) order so concurrent writers never deadlock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection, text
+
+from gpu_pool.engine.types import Placement, Plan, Preemption
+from gpu_pool.errors import ConflictError
+from gpu_pool.model import Allocation, Outcome, Policy, PriorityClass, Purpose, RequestState
+from gpu_pool.store.allocations import (
+    active_allocations_of_request,
+    create_allocation,
+    end_allocation,
+    held_on_node,
+)
+from gpu_pool.store.ledger import price_of
+from gpu_pool.store.requests import change_state, set_reasons
+
+APPLY_LOCK_KEY = 0x6770755F61707079  # any constant unique to gpu-pool's apply step
+
+WriteTx = Callable[[], AbstractContextManager[Connection]]
+
+
+@dataclass
+class ApplyResult:
+    """What applying a plan did: who was placed, who was dropped and why."""
+
+    placed: list[str] = field(default_factory=list)
+    dropped: dict[str, str] = field(default_factory=dict)  # request name -> why
+    allocations: dict[str, list[Allocation]] = field(default_factory=dict)
+    preempted: list[str] = field(default_factory=list)  # allocation ids ended by the plan
+
+    @property
+    def applied(self) -> list[str]:
+        """The placed request names (the name the executor's cycle reads)."""
+        return self.placed
+
+
+class Dropped(Exception):
+    """A guarded write found the plan stale; ``reason`` says what changed."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def lock_apply(conn: Connection) -> None:
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": APPLY_LOCK_KEY})
+
+
+def apply_plan(write: WriteTx, plan: Plan, now: datetime, actor: str, policy: Policy,
+               serialize: bool = True) -> ApplyResult:
+    result = ApplyResult()
+    for preemption in plan.preemptions:
+        with write() as conn:
+            if serialize:
+                lock_apply(conn)
+            if preempt(conn, preemption, now, actor, policy):
+                result.preempted.append(preemption.allocation_id)
+    for placement in plan.placements:
+        name = placement.request_name
+        try:
+            with write() as conn:
+                if serialize:
+                    lock_apply(conn)
+                result.allocations[name] = place(conn, placement, now, actor)
+            result.placed.append(name)
+        except Dropped as stale:
+            result.dropped[name] = stale.reason
+        except ConflictError as error:  # the database's own guard caught an overlap
+            result.dropped[name] = f"lost a race for its GPUs ({error})"
+    if plan.pending:
+        with write() as conn:
+            set_reasons(conn, [(r.request_name, str(r.code), r.message) for r in plan.pending], now)
+    return result
+
+
+def place(conn: Connection, placement: Placement, now: datetime, actor: str) -> list[Allocation]:
+    """Write one placement's allocations with guarded writes; raises :class:`Dropped`."""
+    req = conn.execute(text("SELECT * FROM requests WHERE name = :n"),
+                       {"n": placement.request_name}).mappings().first()
+    if req is None:
+        raise Dropped("no such request in the store")
+    if req["state"] != RequestState.PENDING:
+        raise Dropped(f"the request is {req['state']}, no longer pending")
+    ends_by = now + timedelta(seconds=float(req["time_limit_s"])) if req["time_limit_s"] is not None else None
+    made = []
+    for part in sorted(placement.assignments, key=lambda a: a.node):
+        node = conn.execute(text("SELECT state, cpu_milli, memory_mib FROM nodes WHERE name = :n"),
+                            {"n": part.node}).mappings().first()
+        if node is None:
+            raise Dropped(f"node {part.node!r} is not in the store")
+        if node["state"] != "up":
+            raise Dropped(f"node {part.node} is {node['state']}")
+        gpus = {r["idx"]: r for r in conn.execute(
+            text("SELECT idx, model, healthy, allocated_milli FROM gpus WHERE node = :n"),
+            {"n": part.node}).mappings()}
+        for idx in part.gpu_indices:
+            gpu = gpus.get(idx)
+            if gpu is None:
+                raise Dropped(f"node {part.node} has no GPU {idx}")
+            if not gpu["healthy"]:
+                raise Dropped(f"GPU {part.node}/{idx} is unhealthy")
+            if gpu["allocated_milli"] + part.gpu_milli > 1000:
+                raise Dropped(f"GPU {part.node}/{idx} already has {gpu['allocated_milli']} "
+                              f"of 1000 milli held")
+        cpu_held, mem_held = held_on_node(conn, part.node)
+        if cpu_held + part.cpu_milli > node["cpu_milli"]:
+            raise Dropped(f"node {part.node} has {node['cpu_milli'] - cpu_held} millicores free")
+        if mem_held + part.memory_mib > node["memory_mib"]:
+            raise Dropped(f"node {part.node} has {node['memory_mib'] - mem_held} MiB RAM free")
+        model = gpus[part.gpu_indices[0]]["model"] if part.gpu_indices else None
+        made.append(create_allocation(conn, Allocation(
+            request_name=req["name"], node=part.node, gpu_indices=tuple(part.gpu_indices),
+            gpu_milli=part.gpu_milli, cpu_milli=part.cpu_milli, memory_mib=part.memory_mib,
+            team=req["team"], purpose=Purpose(req["purpose"]),
+            priority=PriorityClass(req["priority"]), gpu_model=model, started_at=now,
+            ends_by=ends_by, preemptible=bool(req["preemptible"]), request_id=req["id"],
+        ), actor, "placed by plan"))
+    if not change_state(conn, req["id"], req["name"], (RequestState.PENDING,),
+                        RequestState.RUNNING, actor, "placed by plan", now,
+                        {"nodes": [a.node for a in made]}):
+        raise Dropped("the request changed while it was being placed")
+    return made
+
+
+def preempt(conn: Connection, preemption: Preemption, now: datetime, actor: str,
+            policy: Policy) -> bool:
+    """End a request's active allocations for a more urgent one; it goes back to pending."""
+    row = conn.execute(text("SELECT request_id, request_name, state FROM allocations "
+                            "WHERE id = :id"), {"id": preemption.allocation_id}).mappings().first()
+    if row is None or row["state"] != "active":
+        return False  # already ended: the plan was stale, nothing to undo
+    reason = f"preempted for {preemption.for_request}: {preemption.message}"
+    # A gang is preempted whole: a part of it alone cannot run.
+    for allocation in active_allocations_of_request(conn, row["request_id"]):
+        end_allocation(conn, allocation, Outcome.PREEMPTED, actor, reason, now,
+                       price_of(policy, allocation.gpu_model))
+    change_state(conn, row["request_id"], row["request_name"], (RequestState.RUNNING,),
+                 RequestState.PENDING, actor, reason, now, {"for": preemption.for_request})
+    return True

@@ -1,0 +1,310 @@
+"""The :class:`Store`: the one object callers hold to read and change the gpu-pool database.
+
+Terms
+-----
+read transaction
+    A short transaction that only reads (REPEATABLE READ on PostgreSQL, so a snapshot is
+    one consistent picture; a deferred ``BEGIN`` on SQLite).
+write transaction
+    ``BEGIN IMMEDIATE`` on SQLite (writers queue on the busy timeout instead of failing
+    on lock upgrade); READ COMMITTED on PostgreSQL, where guarded writes and the guard
+    triggers keep it correct.
+
+Invariants
+----------
+* Every public method runs in its own transaction(s) and returns domain objects from
+  :mod:`gpu_pool.model` (or :class:`~gpu_pool.store.events.Event`,
+  :class:`~gpu_pool.store.apply.ApplyResult`), never rows.
+* Heavy work (planning) happens outside: :meth:`load_snapshot` reads, the engine plans,
+  :meth:`apply_plan` writes.
+* A server that cannot be reached, or a schema older than ``sql/``, raises
+  :class:`~gpu_pool.errors.StoreError` with the URL (password hidden) and what to do;
+  bad input raises :class:`~gpu_pool.errors.SpecError`; an unknown name raises
+  :class:`~gpu_pool.errors.NotFoundError`. No driver traceback leaves this class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+
+from gpu_pool.engine.types import Plan, Snapshot
+from gpu_pool.errors import ConflictError, StoreError
+from gpu_pool.model import (
+    Allocation,
+    LedgerEntry,
+    Node,
+    NodeState,
+    Outcome,
+    Policy,
+    Quota,
+    Request,
+    RequestState,
+    Team,
+)
+from gpu_pool.store import allocations, apply, events, fleet, ledger, migrate, quotas, requests
+from gpu_pool.store.connection import WRITE_OPTION, display_url, make_engine
+
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Store:
+    """The gpu-pool store over one SQLAlchemy engine (see the module docstring)."""
+
+    def __init__(self, engine: Engine, url: str, *, clock: Clock = utcnow,
+                 serialize_apply: bool = True) -> None:
+        self.engine = engine
+        self.url = url
+        self.clock = clock
+        # Off only in tests that prove the database guard holds without the advisory lock.
+        self.serialize_apply = serialize_apply
+        self._schema_ok = False
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> Store:
+        """Connect (checking the server answers); the schema is checked on first use."""
+        engine = make_engine(url)
+        store = cls(engine, url, **kwargs)
+        try:
+            with engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+        except SQLAlchemyError as error:
+            engine.dispose()
+            raise store._unreachable(error) from None
+        return store
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- transactions -------------------------------------------------------------------
+
+    def _unreachable(self, error: BaseException) -> StoreError:
+        orig = getattr(error, "orig", None) or error
+        first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+        return StoreError(f"store at {display_url(self.url)}: cannot reach it ({first})")
+
+    @contextmanager
+    def _tx(self, write: bool, *, check_schema: bool = True) -> Iterator[Connection]:
+        try:
+            with self.engine.connect() as conn:
+                if write:
+                    conn.execution_options(**{WRITE_OPTION: True})
+                elif self.dialect == "postgresql":
+                    conn.execution_options(isolation_level="REPEATABLE READ")
+                if check_schema and not self._schema_ok:
+                    self._check_schema(conn)
+                with conn.begin():
+                    yield conn
+        except IntegrityError as error:
+            raise ConflictError(f"store at {display_url(self.url)}: refused a write that would "
+                                f"break an invariant ({_first_line(error)})") from None
+        except DBAPIError as error:
+            if _pgcode(error) in _LOST_RACE_CODES:
+                raise ConflictError(f"store at {display_url(self.url)}: lost a race with "
+                                    f"another writer ({_first_line(error)})") from None
+            if error.connection_invalidated or _is_connection_error(error):
+                raise self._unreachable(error) from None
+            raise StoreError(f"store at {display_url(self.url)}: {_first_line(error)}") from None
+
+    def _check_schema(self, conn: Connection) -> None:
+        with conn.begin():
+            missing = migrate.missing_versions(conn)
+        if missing:
+            raise StoreError(f"store at {display_url(self.url)}: not migrated (missing "
+                             f"{', '.join(missing)}); run `gpu-pool db migrate`")
+        self._schema_ok = True
+
+    def _read(self) -> Any:
+        return self._tx(False)
+
+    def _write(self) -> Any:
+        return self._tx(True)
+
+    # -- schema -------------------------------------------------------------------------
+
+    def migrate(self) -> list[str]:
+        """Apply every ``sql/`` version not applied yet; returns those applied now."""
+        try:
+            applied = migrate.migrate(self.engine)
+        except DBAPIError as error:
+            raise self._unreachable(error) from None
+        self._schema_ok = True
+        return applied
+
+    # -- teams and nodes ----------------------------------------------------------------
+
+    def upsert_team(self, team: Team, actor: str) -> Team:
+        with self._write() as conn:
+            return fleet.upsert_team(conn, team, actor, self.clock())
+
+    def list_teams(self) -> list[Team]:
+        with self._read() as conn:
+            return fleet.list_teams(conn)
+
+    def import_nodes(self, nodes: list[Node], actor: str, replace: bool = False) -> None:
+        with self._write() as conn:
+            fleet.import_nodes(conn, list(nodes), actor, replace, self.clock())
+
+    def list_nodes(self) -> list[Node]:
+        with self._read() as conn:
+            return fleet.list_nodes(conn)
+
+    def get_node(self, name: str) -> Node | None:
+        with self._read() as conn:
+            return fleet.get_node(conn, name)
+
+    def set_node_state(self, name: str, state: NodeState, actor: str,
+                       reason: str | None = None) -> bool:
+        """Drain, undrain or down a node; False when it was already in ``state``."""
+        with self._write() as conn:
+            return fleet.change_node_state(conn, name, NodeState(state), actor, reason,
+                                           self.clock())
+
+    def record_gpu_readings(self, node: str, readings: Iterable[Any], at: datetime,
+                            actor: str = "probe") -> int:
+        with self._write() as conn:
+            return fleet.record_gpu_readings(conn, node, readings, at, actor)
+
+    # -- quotas -------------------------------------------------------------------------
+
+    def set_quota(self, quota: Quota, actor: str) -> Quota:
+        with self._write() as conn:
+            return quotas.set_quota(conn, quota, actor, self.clock())
+
+    def list_quotas(self) -> list[Quota]:
+        with self._read() as conn:
+            return quotas.list_quotas(conn)
+
+    def quota_usage(self, now: datetime) -> dict[str, float]:
+        with self._read() as conn:
+            return quotas.quota_usage(conn, now)
+
+    # -- requests -----------------------------------------------------------------------
+
+    def submit_request(self, request: Request, actor: str, now: datetime | None = None, *,
+                       external: Mapping[str, Any] | None = None,
+                       policy: Policy | None = None, **link: Any) -> Request:
+        """Record a pending request. ``external`` (or the same keys given directly, as the
+        executor does: dag_id, task_id, run_id, map_index, try_number, executor_key) links
+        it to its Airflow task instance."""
+        linked = requests.check_external({**dict(external or {}), **link})
+        with self._write() as conn:
+            return requests.submit_request(conn, request, actor, now or self.clock(), linked,
+                                           policy)
+
+    def get_request(self, name: str) -> Request | None:
+        with self._read() as conn:
+            return requests.get_request(conn, name)
+
+    def request_state(self, name: str) -> RequestState | None:
+        with self._read() as conn:
+            return requests.request_state(conn, name)
+
+    def request_external(self, name: str) -> dict[str, Any] | None:
+        """The Airflow task instance fields a request was submitted with."""
+        with self._read() as conn:
+            row = conn.execute(text("SELECT * FROM requests WHERE name = :n"),
+                               {"n": name}).mappings().first()
+        return None if row is None else {k: row[k] for k in requests.EXTERNAL_FIELDS}
+
+    def request_reason(self, name: str) -> tuple[str, str] | None:
+        """(code, message) the last plan gave for a pending request, if any."""
+        with self._read() as conn:
+            row = conn.execute(text("SELECT reason_code, reason_message FROM requests "
+                                    "WHERE name = :n"), {"n": name}).first()
+        return None if row is None or row[0] is None else (row[0], row[1])
+
+    def pending_requests(self) -> list[Request]:
+        with self._read() as conn:
+            return requests.pending_requests(conn)
+
+    def cancel_request(self, name: str, actor: str, reason: str | None = None,
+                       now: datetime | None = None,
+                       policy: Policy | None = None) -> list[LedgerEntry]:
+        """Cancel a pending or running request (a running one's GPUs are released)."""
+        return self.release_request(name, Outcome.CANCELLED, actor, reason, now, policy)
+
+    def set_data_ready(self, name: str, ready: bool, actor: str) -> bool:
+        with self._write() as conn:
+            return requests.set_data_ready(conn, name, ready, actor, self.clock())
+
+    def release_request(self, name: str, outcome: Outcome, actor: str,
+                        reason: str | None = None, now: datetime | None = None,
+                        policy: Policy | None = None,
+                        metrics: Mapping[str, float] | None = None) -> list[LedgerEntry]:
+        """End a request and its allocations; idempotent (a second call returns [])."""
+        with self._write() as conn:
+            return requests.release_request(conn, name, Outcome(outcome), actor, reason,
+                                            now or self.clock(), policy or Policy(), metrics)
+
+    # -- placement ----------------------------------------------------------------------
+
+    def load_snapshot(self, policy: Policy, now: datetime) -> Snapshot:
+        """Nodes, active allocations, pending requests and quotas, read in one transaction."""
+        with self._read() as conn:
+            return Snapshot(
+                nodes=tuple(fleet.list_nodes(conn)),
+                allocations=tuple(allocations.active_allocations(conn)),
+                requests=tuple(requests.pending_requests(conn)),
+                quotas=tuple(quotas.list_quotas(conn)),
+                policy=policy,
+                now=now,
+            )
+
+    def apply_plan(self, plan: Plan, now: datetime, actor: str,
+                   policy: Policy | None = None) -> apply.ApplyResult:
+        """Apply ``plan`` with guarded writes; lost races are dropped, not raised."""
+        return apply.apply_plan(self._write, plan, now, actor, policy or Policy(),
+                                serialize=self.serialize_apply)
+
+    def active_allocations(self) -> list[Allocation]:
+        with self._read() as conn:
+            return allocations.active_allocations(conn)
+
+    def allocations_of(self, name: str) -> list[Allocation]:
+        with self._read() as conn:
+            return allocations.allocations_of(conn, name)
+
+    # -- books --------------------------------------------------------------------------
+
+    def ledger(self, since: datetime | None = None,
+               until: datetime | None = None) -> list[LedgerEntry]:
+        with self._read() as conn:
+            return ledger.read(conn, since, until)
+
+    def events(self, since: datetime | None = None, subject: str | None = None,
+               limit: int | None = None) -> list[events.Event]:
+        with self._read() as conn:
+            return events.read(conn, since, subject, limit)
+
+
+def _first_line(error: BaseException) -> str:
+    orig = getattr(error, "orig", None) or error
+    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+
+
+# PostgreSQL: serialization failure, deadlock detected, lock not available.
+_LOST_RACE_CODES = ("40001", "40P01", "55P03")
+
+
+def _pgcode(error: DBAPIError) -> str | None:
+    return getattr(getattr(error, "orig", None), "pgcode", None)
+
+
+def _is_connection_error(error: DBAPIError) -> bool:
+    orig = getattr(error, "orig", None)
+    return type(orig).__name__ in ("OperationalError", "InterfaceError") and (
+        "connect" in str(orig).lower() or "server closed" in str(orig).lower())
