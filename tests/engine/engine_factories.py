@@ -66,3 +66,60 @@ def make_snapshot(nodes, requests, *, allocations=(), quotas=(), policy: Policy 
                   now: datetime = NOW, mix=()) -> Snapshot:
     return Snapshot(tuple(nodes), tuple(allocations), tuple(requests), tuple(quotas),
                     policy or Policy(), now, tuple(mix))
+
+
+def random_snapshot(rng, *, nodes: int = 4, requests: int = 8, max_gpus: int = 4,
+                    extras: bool = False) -> Snapshot:
+    """A small random snapshot: mixed models, shares, gangs, some allocations.
+
+    ``extras`` adds what the brute-force oracle leaves out but the properties must survive:
+    quotas (some expired), datasets in other zones, down or draining nodes, unhealthy GPUs,
+    data not ready, headroom for critical work.
+    """
+    models = ["A100", "T4", "L4"]
+    fleet = []
+    for i in range(nodes):
+        state = NodeState.UP
+        if extras and rng.random() < 0.15:
+            state = rng.choice([NodeState.DOWN, NodeState.DRAINING])
+        unhealthy = (0,) if extras and rng.random() < 0.15 else ()
+        fleet.append(make_node(f"n{i}", rng.choice(models), rng.randint(1, max_gpus),
+                               cpu=rng.choice([8000, 16_000, 32_000]),
+                               memory=rng.choice([64, 128]) * 1024, zone=rng.choice(["z1", "z2"]),
+                               state=state, unhealthy=unhealthy))
+    allocations = []
+    for node in fleet:
+        healthy = [g.index for g in node.gpus if g.healthy]
+        if healthy and rng.random() < 0.4:
+            j = rng.choice(healthy)
+            allocations.append(make_allocation(f"old-{node.name}", node, (j,),
+                                               milli=rng.choice([300, 500, 1000]),
+                                               team=rng.choice(["ml", "cv"]), cpu=2000))
+    reqs = []
+    for i in range(requests):
+        kind = rng.random()
+        if kind < 0.3:
+            gpus, milli, parts = 1, rng.choice([250, 400, 500, 700]), 1
+        elif kind < 0.85:
+            gpus, milli, parts = rng.randint(1, max_gpus), 1000, 1
+        else:
+            gpus, milli, parts = rng.randint(1, 2), 1000, 2
+        model_set = () if rng.random() < 0.6 else (rng.choice(models),)
+        priority = rng.choice(list(PriorityClass))
+        zone = rng.choice([None, "z1", "z2"]) if extras else None
+        reqs.append(make_request(
+            f"r{i}", gpus, milli=milli, nodes=parts, models=model_set, priority=priority,
+            team=rng.choice(["ml", "cv"]), cpu=rng.choice([0, 2000, 8000]),
+            memory=rng.choice([0, 16 * 1024]),
+            data_zone=zone, size_gib=rng.choice([1.0, 5000.0]) if zone else 0.0,
+            ready=not (extras and rng.random() < 0.1),
+            preemptible=extras and rng.random() < 0.2))
+    quotas = ()
+    policy = Policy()
+    if extras:
+        quotas = (make_quota("ml", rng.choice([1, 2, 4, 8])),
+                  make_quota("cv", rng.choice([1, 3]), model="T4"),
+                  make_quota("cv", 4, expires_at=NOW - timedelta(hours=1)))
+        policy = Policy(critical_headroom_gpus=rng.choice([0, 0, 2]),
+                        max_transfer_seconds=3600.0)
+    return make_snapshot(fleet, reqs, allocations=allocations, quotas=quotas, policy=policy)

@@ -171,30 +171,29 @@ class FleetState:
             self._touched([row])
 
     def _delta(self, assignments: Iterable[NodeAssignment], sign: int) -> None:
-        parts = list(assignments)
-        for a in parts:  # check every part first so a refused update changes nothing
+        located = []
+        for a in assignments:  # check every part first so a refused update changes nothing
             row = self.layout.row_of[a.node]
-            cols = [self.layout.column_of[row][idx] for idx in a.gpu_indices]
+            cols_of = self.layout.column_of[row]
+            cols = [cols_of[idx] for idx in a.gpu_indices]
             if len(set(cols)) != len(cols):
                 raise ValueError(f"{a.node}: GPU index repeated in {a.gpu_indices}")
-            new = self.gpu_free[row, cols] - sign * a.gpu_milli
-            if (self.gpu_free[row, cols] == _NO_GPU).any():
-                raise ValueError(f"{a.node}: GPU {a.gpu_indices} is unhealthy or absent")
-            if (new < 0).any() or (new > MILLI_PER_GPU).any():
-                raise ValueError(f"{a.node}: GPU milli out of range after update: {new}")
-            cpu = self.cpu_free[row] - sign * a.cpu_milli
-            mem = self.mem_free[row] - sign * a.memory_mib
-            if sign > 0 and (cpu < 0 or mem < 0):
+            if cols:
+                now = self.gpu_free[row, cols]
+                new = now - sign * a.gpu_milli
+                if (now == _NO_GPU).any():
+                    raise ValueError(f"{a.node}: GPU {a.gpu_indices} is unhealthy or absent")
+                if new.min() < 0 or new.max() > MILLI_PER_GPU:
+                    raise ValueError(f"{a.node}: GPU milli out of range after update: {new}")
+            if sign > 0 and (self.cpu_free[row] < a.cpu_milli or self.mem_free[row] < a.memory_mib):
                 raise ValueError(f"{a.node}: CPU or RAM over-allocated")
-        rows = []
-        for a in parts:
-            row = self.layout.row_of[a.node]
-            cols = [self.layout.column_of[row][idx] for idx in a.gpu_indices]
-            self.gpu_free[row, cols] -= sign * a.gpu_milli
+            located.append((row, cols, a))
+        for row, cols, a in located:
+            if cols:
+                self.gpu_free[row, cols] -= sign * a.gpu_milli
             self.cpu_free[row] -= sign * a.cpu_milli
             self.mem_free[row] -= sign * a.memory_mib
-            rows.append(row)
-        self._touched(rows)
+        self._touched([row for row, _, _ in located])
 
     def apply(self, placement: Placement | Iterable[NodeAssignment]) -> None:
         """Take the capacity of a placement; :class:`ValueError` if it does not fit."""

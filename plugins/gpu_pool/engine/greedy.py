@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpu_pool.engine.capacity import FleetState
-from gpu_pool.engine.fragmentation import FleetFragmentation
+from gpu_pool.engine.fragmentation import FleetFragmentation, WorkloadMix
 from gpu_pool.engine.objective import RequestView, part_value
 from gpu_pool.engine.quota import UNLIMITED
 from gpu_pool.engine.types import NodeAssignment, Placement
@@ -40,6 +40,7 @@ from gpu_pool.model import MILLI_PER_GPU, PriorityClass, Request
 
 # Scores rank penalty first: FGD deltas stay far below one penalty unit times this.
 _PENALTY_RANK = 1e8
+FGD_CELLS = 60_000
 
 
 @dataclass
@@ -54,7 +55,7 @@ class Cycle:
     state: FleetState
     remaining: np.ndarray
     headroom: int
-    frag: FleetFragmentation | None
+    mix: WorkloadMix | None
     budget: int | None = None
 
     def __post_init__(self) -> None:
@@ -62,10 +63,19 @@ class Cycle:
             self.budget = self.state.whole_free_up() - self.headroom
 
     def clone(self) -> Cycle:
-        state = self.state.copy()
-        mix = self.frag.mix if self.frag is not None else None
-        return Cycle(state, self.remaining.copy(), self.headroom,
-                     state.fragmentation(mix) if mix is not None else None, self.budget)
+        return Cycle(self.state.copy(), self.remaining.copy(), self.headroom, self.mix,
+                     self.budget)
+
+    def fragmentation(self, candidates: int) -> FleetFragmentation | None:
+        """The FGD measure, when worth its cost for ``candidates`` rows (else best-fit).
+
+        FGD costs O(rows x shapes) per decision; past :data:`FGD_CELLS` a heartbeat cannot
+        afford it, so very large fleets fall back to best-fit (the simulator's 1,213 nodes
+        x 35 shapes stay well within).
+        """
+        if self.mix is None or not len(self.mix) or candidates * len(self.mix) > FGD_CELLS:
+            return None
+        return self.state.fragmentation(self.mix)
 
     def commit(self, request: Request, choice: Choice) -> Placement:
         st = self.state
@@ -139,13 +149,14 @@ def node_cost(cycle: Cycle, request: Request, rows: np.ndarray,
     st = cycle.state
     left = (np.maximum(st.gpu_free[rows], 0).sum(axis=1)
             - request.gpus * request.gpu_milli).astype(np.float64)
-    if cycle.frag is None:
+    frag = cycle.fragmentation(len(rows))
+    if frag is None:
         return left
     if share_cols is not None:
-        delta = cycle.frag.delta_share(rows, share_cols, request.gpu_milli,
+        delta = frag.delta_share(rows, share_cols, request.gpu_milli,
                                        request.cpu_milli, request.memory_mib)
     else:
-        delta = cycle.frag.delta_whole(rows, request.gpus, request.cpu_milli,
+        delta = frag.delta_whole(rows, request.gpus, request.cpu_milli,
                                        request.memory_mib)
     score = np.trunc(100.0 / (1.0 + np.exp(np.clip(delta / 1000.0, -50.0, 50.0))))
     return (100.0 - score) * 1e5 + left

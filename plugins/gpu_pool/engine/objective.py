@@ -39,7 +39,7 @@ from datetime import datetime
 import numpy as np
 
 from gpu_pool.engine.capacity import FleetLayout
-from gpu_pool.engine.compat import is_cross_zone, model_accepts
+from gpu_pool.engine.compat import model_accepts
 from gpu_pool.model import Policy, PriorityClass, Request
 
 VALUE_SCALE = 1000  # per effective milli per unit of aged weight
@@ -107,31 +107,38 @@ def build_view(request: Request, layout: FleetLayout, policy: Policy) -> Request
 
 
 def _build_view(request: Request, layout: FleetLayout, policy: Policy) -> RequestView:
-    n = len(layout.names)
-    compatible = np.zeros(n, dtype=bool)
-    for model, rows in layout.model_rows.items():
-        if request.gpus == 0:
-            compatible |= rows
-            continue
-        for mem in np.unique(layout.gpu_memory[rows]):
-            if model_accepts(request, model, int(mem)):
-                compatible |= rows & (layout.gpu_memory == mem)
+    kinds = layout.views.get("kinds")
+    if kinds is None:  # distinct (model, GPU memory) pairs and zones, once per layout
+        pairs = sorted({(m, int(mem)) for m, mem in zip(layout.models, layout.gpu_memory,
+                                                         strict=True)}, key=str)
+        pair_of = {p: i for i, p in enumerate(pairs)}
+        zones = sorted(layout.zone_rows)
+        zone_of = {z: i for i, z in enumerate(zones)}
+        kinds = (pairs, np.array([pair_of[(m, int(mem))] for m, mem in zip(
+            layout.models, layout.gpu_memory, strict=True)], dtype=np.int64),
+            zone_of, np.array([zone_of[z] for z in layout.zones], dtype=np.int64))
+        layout.views["kinds"] = kinds
+    pairs, pair_idx, zone_of, zone_idx = kinds
+    accepts = np.array([model_accepts(request, m, mem) for m, mem in pairs], dtype=bool)
+    compatible = accepts[pair_idx]
     compatible &= layout.gpu_count >= request.gpus
     compatible &= layout.cpu_total >= request.cpu_milli
     compatible &= layout.mem_total >= request.memory_mib
-    transfer = np.zeros(n, dtype=np.float64)
-    cross = np.zeros(n, dtype=bool)
-    if request.dataset is not None and request.dataset.zone is not None:
-        for zone, rows in layout.zone_rows.items():
-            if is_cross_zone(request, zone):
-                cross |= rows
-                size = request.dataset.size_gib
-                with np.errstate(divide="ignore"):
-                    t = np.where(layout.bandwidth > 0, size * 1024.0 / np.maximum(
-                        layout.bandwidth, 1e-12), np.inf) if size > 0 else 0.0
-                transfer = np.where(rows, t, transfer)
+    ds = request.dataset
+    if ds is not None and ds.zone is not None:
+        cross = zone_idx != zone_of.get(ds.zone, -1)
+        if ds.size_gib > 0:
+            with np.errstate(divide="ignore"):
+                t = np.where(layout.bandwidth > 0,
+                             ds.size_gib * 1024.0 / np.maximum(layout.bandwidth, 1e-12), np.inf)
+            transfer = np.where(cross, t, 0.0)
+        else:
+            transfer = np.zeros(len(layout.names))
+    else:
+        cross = np.zeros(len(layout.names), dtype=bool)
+        transfer = np.zeros(len(layout.names))
     zone_ok = transfer <= policy.max_transfer_seconds
-    penalty = np.zeros(n, dtype=np.int64)
+    penalty = np.zeros(len(layout.names), dtype=np.int64)
     if request.gpus > 0 and compatible.any():
         mem_min = int(layout.gpu_memory[compatible].min())
         mem = np.maximum(layout.gpu_memory, 1)

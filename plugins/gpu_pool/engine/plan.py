@@ -7,8 +7,9 @@ Steps of :func:`plan_on_state`:
 2. set aside what cannot be placed this cycle at all (never fits, data not ready);
 3. build the start cycle (a private copy of free capacity, quota left, headroom, FGD);
 4. greedy priority-order best-fit on a copy of it: the baseline;
-5. the CP-SAT class model (:mod:`gpu_pool.engine.cpsat`) on another copy, kept only when
-   its concrete plan is worth strictly more than greedy's;
+5. CP-SAT on another copy: the exact per-GPU model (:mod:`gpu_pool.engine.exact`) when
+   the cycle is small, else the class model (:mod:`gpu_pool.engine.cpsat`); kept only
+   when its concrete plan is worth strictly more than greedy's;
 6. critical requests still pending may preempt preemptible allocations
    (:mod:`gpu_pool.engine.preempt`);
 7. a reason for every request left pending (:mod:`gpu_pool.engine.reasons`).
@@ -27,10 +28,11 @@ from datetime import datetime
 
 import numpy as np
 
+from gpu_pool.engine import cpsat, exact
 from gpu_pool.engine.capacity import FleetState
 from gpu_pool.engine.compat import never_fits
 from gpu_pool.engine.fragmentation import TaskShape, WorkloadMix
-from gpu_pool.engine.greedy import Cycle, greedy_order, run_greedy
+from gpu_pool.engine.greedy import FGD_CELLS, Cycle, greedy_order, run_greedy
 from gpu_pool.engine.objective import RequestView, aged_weight, build_view
 from gpu_pool.engine.quota import QuotaBook
 from gpu_pool.engine.reasons import ReasonInputs, pending_reason
@@ -98,17 +100,39 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
     eligible = [r for r in requests if never[r.name] is None and r.data_ready]
     # 3. the start cycle
     mix = mix_of(requests, workload_mix)
-    frag = state.fragmentation(mix) if len(mix) else None
-    base = state.copy()
-    start = Cycle(base, book.remaining(), policy.critical_headroom_gpus,
-                  base.fragmentation(mix) if frag is not None else None)
+    if len(mix) and len(mix) * state.size <= FGD_CELLS:
+        state.fragmentation(mix)  # warm the caller's cache: later copies rebind, not rebuild
+    start = Cycle(state.copy(), book.remaining(), policy.critical_headroom_gpus,
+                  mix if len(mix) else None)
     # 4. greedy
     ordered = greedy_order(eligible, weights)
     work = start.clone()
     placements, greedy_value = run_greedy(work, ordered, weights, views, groups)
     stats = SolveStats(SolveStatus.GREEDY if eligible else SolveStatus.TRIVIAL,
                        0.0, float(greedy_value), float(greedy_value))
-    final = work
+    best_value, final = greedy_value, work
+    # 5. CP-SAT (exact when small, over classes otherwise), when there is a choice to make
+    if use_solver and len(ordered) > 1 and policy.solver_time_limit_s > 0:
+        cand = exact.affordable(start, ordered, views, groups)
+        if cand is not None:
+            result = exact.solve_exact(start, ordered, weights, views, groups, placements,
+                                       policy, cand)
+        else:
+            result = cpsat.solve_classes(start, ordered, weights, views, groups, placements,
+                                         policy)
+        upper = result.upper_bound
+        improved = result.value > greedy_value and result.cycle is not None
+        if improved:
+            placements, best_value, final = result.placements, result.value, result.cycle
+        # OPTIMAL only when the plan's value meets a proven bound (of the exact model, or of
+        # the class relaxation); the solver's own status speaks of its model, not the plan.
+        if upper is not None and best_value >= upper:
+            status = SolveStatus.OPTIMAL
+        else:
+            status = SolveStatus.FEASIBLE if improved else SolveStatus.GREEDY
+        stats = SolveStats(status, 0.0, float(best_value), float(greedy_value),
+                           None if upper is None else float(max(upper, best_value)),
+                           result.detail)
     # 7. reasons
     placed = {p.request_name for p in placements}
     inputs = ReasonInputs(start, final, book, policy)

@@ -133,7 +133,7 @@ def pending_reason(request: Request, weight: int, view: RequestView, groups: np.
                              "outranked: the capacity it fits in went to higher-priority "
                              "requests this cycle")
     if inputs.start.headroom:
-        relaxed = Cycle(inputs.start.state, inputs.start.remaining, 0, inputs.start.frag,
+        relaxed = Cycle(inputs.start.state, inputs.start.remaining, 0, inputs.start.mix,
                         inputs.start.state.whole_free_up())
         if fit(relaxed, request, weight, view, groups) is not None:
             return PendingReason(name, ReasonCode.HEADROOM_RESERVED,

@@ -1,0 +1,134 @@
+"""One placement cycle of the engine on synthetic fleets, from 100 x 50 to 20,000 x 10,000.
+
+Run: ``.venv/bin/python bench/placement_scale.py [--sizes 100x50,1000x500] [--seed 7]``.
+
+Each fleet mixes five GPU models (A100, H100, L40S, T4, V100) over three zones, with 1/2/4/8
+GPUs per node, about a third of its GPUs already held by active allocations (whole and
+shared); each queue mixes whole-GPU requests of 1/2/4/8, shares of 250/500 milli and
+2- and 4-node gangs, five priority classes with aged submission times, model constraints,
+datasets in every zone and a few not ready, and any-model quotas for four teams. The table
+shows, per size: wall time of ``plan`` (greedy + CP-SAT + disaggregation + reasons), the
+greedy-alone wall time, the plan's objective, the greedy objective, the solver's upper bound
+(of the relaxation, hence of the problem) and the gap to it, and the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
+
+import ortools  # noqa: E402
+
+from gpu_pool.engine import greedy_plan, plan  # noqa: E402
+from gpu_pool.engine.types import Snapshot  # noqa: E402
+from gpu_pool.model import (  # noqa: E402
+    Allocation,
+    Dataset,
+    Gpu,
+    Node,
+    Policy,
+    PriorityClass,
+    Purpose,
+    Quota,
+    Request,
+)
+
+NOW = datetime(2026, 12, 1, 14, 0, tzinfo=UTC)  # peak hours: no off-peak lending
+MODELS = {"A100": 80, "H100": 80, "L40S": 48, "T4": 16, "V100": 32}
+ZONES = ("eu-1", "eu-2", "us-1")
+TEAMS = ("vision", "speech", "llm", "recsys")
+SIZES = ((100, 50), (1000, 500), (5000, 2000), (20000, 10000))
+
+
+def synthetic_snapshot(pending: int, nodes: int, seed: int) -> Snapshot:
+    rng = random.Random(seed)
+    fleet: list[Node] = []
+    for i in range(nodes):
+        model = rng.choice(list(MODELS))
+        count = rng.choices((1, 2, 4, 8), (1, 2, 3, 6))[0]
+        mem = MODELS[model] * 1024
+        fleet.append(Node(f"n{i:05d}", tuple(Gpu(j, model, mem) for j in range(count)),
+                          cpu_milli=count * 16_000, memory_mib=count * 128 * 1024,
+                          zone=rng.choice(ZONES), bandwidth_mb_s=rng.choice((500.0, 1000.0))))
+    allocations: list[Allocation] = []
+    for node in fleet:
+        busy = rng.randint(0, node.gpu_count // 2)
+        for j in range(busy):
+            share = rng.random() < 0.2
+            allocations.append(Allocation(
+                f"run-{node.name}-{j}", node.name, (j,), 500 if share else 1000, 8000,
+                64 * 1024, rng.choice(TEAMS), Purpose.TRAINING, PriorityClass.NORMAL,
+                node.gpu_model, NOW - timedelta(hours=3)))
+    requests: list[Request] = []
+    classes = list(PriorityClass)
+    for i in range(pending):
+        kind = rng.choices(("1", "2", "4", "8", "share", "gang"), (30, 15, 10, 10, 25, 5))[0]
+        gpus, milli, parts = {"1": (1, 1000, 1), "2": (2, 1000, 1), "4": (4, 1000, 1),
+                              "8": (8, 1000, 1), "share": (1, rng.choice((250, 500)), 1),
+                              "gang": (rng.choice((4, 8)), 1000, rng.choice((2, 4)))}[kind]
+        models = frozenset() if rng.random() < 0.5 else frozenset(
+            rng.sample(list(MODELS), rng.choice((1, 2))))
+        zone = rng.choice((None, *ZONES))
+        ds = None if zone is None else Dataset(f"s3://d/{i}", zone, rng.choice((10.0, 200.0,
+                                                                                  4000.0)))
+        requests.append(Request(
+            f"r{i:05d}", rng.choice(TEAMS),
+            Purpose.TRAINING if rng.random() < 0.8 else Purpose.INFERENCE,
+            rng.choices(classes, (3, 10, 50, 20, 17))[0], gpus=gpus, gpu_milli=milli,
+            nodes=parts, gpu_models=models, cpu_milli=gpus * 4000,
+            memory_mib=gpus * 32 * 1024, dataset=ds, data_ready=rng.random() > 0.03,
+            submitted_at=NOW - timedelta(minutes=rng.randint(0, 720))))
+    total_gpus = sum(n.gpu_count for n in fleet)
+    quotas = tuple(Quota(t, p, round(total_gpus * share), NOW - timedelta(days=1),
+                         NOW + timedelta(days=30), borrow_limit_gpus=round(total_gpus * 0.05))
+                   for t in TEAMS for p, share in ((Purpose.TRAINING, 0.2),
+                                                   (Purpose.INFERENCE, 0.04)))
+    return Snapshot(tuple(fleet), tuple(allocations), tuple(requests), quotas, Policy(), NOW)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(f"{p}x{n}" for p, n in SIZES))
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+    sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
+    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python "
+          f"{platform.python_version()}, OR-Tools {ortools.__version__}")
+    print(f"policy: solver_time_limit_s={Policy().solver_time_limit_s}, "
+          f"workers={Policy().solver_workers}, seed={Policy().solver_seed}")
+    head = (f"{'pending x nodes':>16} {'wall s':>7} {'greedy s':>8} {'status':>8} "
+            f"{'objective':>16} {'greedy obj':>16} {'upper bound':>16} {'gap %':>6} "
+            f"{'placed':>7} {'greedy placed':>13}")
+    print(head)
+    print("-" * len(head))
+    for pending, nodes in sizes:
+        snap = synthetic_snapshot(pending, nodes, args.seed)
+        t = time.perf_counter()
+        base = greedy_plan(snap)
+        greedy_s = time.perf_counter() - t
+        t = time.perf_counter()
+        result = plan(snap)
+        wall = time.perf_counter() - t
+        st = result.stats
+        ub = st.upper_bound
+        gap = f"{100 * (ub - st.objective) / ub:.3f}" if ub else "-"
+        print(f"{pending:>7} x {nodes:<6} {wall:>7.3f} {greedy_s:>8.3f} {st.status.value:>8} "
+              f"{st.objective:>16.0f} {st.greedy_objective:>16.0f} "
+              f"{ub if ub is not None else float('nan'):>16.0f} {gap:>6} "
+              f"{len(result.placements):>7} {len(base.placements):>13}")
+        if st.objective < st.greedy_objective:
+            print("  ERROR: plan below greedy", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

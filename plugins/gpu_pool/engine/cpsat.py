@@ -1,0 +1,334 @@
+r"""CP-SAT over classes of equivalent nodes and requests, disaggregated to concrete GPUs.
+
+Data
+----
+node class ``k``
+    Up nodes with equal model, GPU memory, zone, bandwidth, free CPU, free RAM and sorted
+    free-milli vector: ``N_k`` nodes, each with ``W_k`` whole-free GPUs, ``M_k`` free GPU
+    milli, ``C_k`` CPU and ``R_k`` RAM free, and a representative row ``rep_k``.
+request type ``t``
+    Eligible requests with equal shape (``g_t`` GPUs of ``m_t`` milli per part, ``K_t``
+    parts, CPU ``c_t``, RAM ``r_t``), equal view (compatibility, data zone, penalties
+    ``p_{t,k}``), equal criticality and equal quota-group-per-model map. A *bucket*
+    ``b = (q, w)`` of a type holds its requests drawing on quota group ``q`` with aged
+    weight ``w``; ``n_b`` of them. ``e_t`` is the effective milli of a part.
+fit ``f_{t,k}``
+    Parts of ``t`` one node of ``k`` could hold alone: ``min(W_k // g_t, C_k // c_t,
+    R_k // r_t)`` for whole GPUs (shares: ``sum_j floor(free_j / m_t)`` over the node's
+    GPUs; a gang part: at most 1). Pairs with ``f_{t,k} = 0`` get no variable (pruning).
+
+Variables
+---------
+``x_{t,k}`` in ``[0, min(N_k f_{t,k}, K_t sum_b n_b)]``: parts of type ``t`` on class ``k``.
+``y_{t,b}`` in ``[0, n_b]``: requests of bucket ``b`` of type ``t`` placed.
+
+Model
+-----
+.. math::
+
+    \max \; \sum_{t,b} y_{t,b} K_t e_t 1000 w_b - \sum_{t,k} x_{t,k} e_t p_{t,k}
+
+    \text{s.t.}\quad \sum_k x_{t,k} = K_t \sum_b y_{t,b}                     \quad\forall t
+    \qquad x_{t,k} \le N_k \sum_b y_{t,b}              \quad\forall t \text{ gang}, k
+    \qquad \sum_{t \text{ whole}} g_t x_{t,k} \le N_k W_k,\;
+           \sum_t g_t m_t x_{t,k} \le N_k M_k,\;
+           \sum_t c_t x_{t,k} \le N_k C_k,\;
+           \sum_t r_t x_{t,k} \le N_k R_k                               \quad\forall k
+    \qquad \sum_{t \text{ whole}: 2 g_t > W_k} x_{t,k} \le N_k               \quad\forall k
+    \qquad \sum_{(t,b): q_b = q} y_{t,b} K_t g_t m_t
+           + \sum_{t \text{ per-model}, k: q(t,k) = q} x_{t,k} g_t m_t \le Q_q  \quad\forall q
+    \qquad \sum_{t \text{ whole, non-critical}, k} g_t x_{t,k} \le B          \text{(headroom)}
+
+Every constraint holds for every concrete plan (it is a relaxation: per-node packing is
+only enforced in aggregate), so the solver's bound is an upper bound on the true optimum.
+The solution is made concrete by :func:`disaggregate`: chosen requests, largest first,
+are fitted by the greedy node choice restricted to the classes the solver gave them, then
+anywhere, then every request still pending is offered a greedy fill. The caller keeps the
+result only if its concrete value beats greedy's.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from gpu_pool.engine.capacity import FleetState
+from gpu_pool.engine.greedy import Cycle, fit
+from gpu_pool.engine.objective import VALUE_SCALE, RequestView, effective_milli
+from gpu_pool.engine.types import Placement, SolveStatus
+from gpu_pool.model import Policy, PriorityClass, Request
+
+_PER_MODEL = -9  # bucket group of a type whose quota group depends on the node's model
+_BIG = 1 << 40
+# Past this many (type, class) pairs the model cannot be built and solved within a
+# heartbeat in Python; the cycle keeps the greedy plan and says so in SolveStats.detail.
+MAX_PAIRS = 6000
+
+
+@dataclass(frozen=True)
+class SolverResult:
+    placements: list[Placement]
+    value: int
+    cycle: Cycle | None
+    status: SolveStatus
+    upper_bound: float | None
+    detail: str
+
+
+@dataclass
+class _Groups:
+    """Node groups over the up rows, with per-group sums of free capacity."""
+
+    members: list[np.ndarray]  # sorted rows of each group
+    rep: np.ndarray  # one row per group (model, zone, bandwidth are the group's)
+    group_of_row: np.ndarray  # -1 for rows in no group
+    whole: np.ndarray  # sum of whole-free GPUs
+    milli: np.ndarray
+    cpu: np.ndarray
+    mem: np.ndarray
+
+
+def node_groups(cycle: Cycle) -> _Groups:
+    st = cycle.state
+    layout = st.layout
+    codes = layout.views.get("group_codes")
+    if codes is None:  # static per layout: model, GPU memory, zone, bandwidth
+        pairs: dict[tuple, int] = {}
+        codes = np.array([pairs.setdefault((m, int(mem), z, float(bw)), len(pairs))
+                          for m, mem, z, bw in zip(layout.models, layout.gpu_memory,
+                                                   layout.zones, layout.bandwidth,
+                                                   strict=True)], dtype=np.int64)
+        layout.views["group_codes"] = codes
+    rows = np.flatnonzero(st.up)
+    _, first, inverse = np.unique(codes[rows], return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    n_groups = len(first)
+    order = np.argsort(inverse, kind="stable")
+    members = np.split(rows[order], np.cumsum(np.bincount(inverse, minlength=n_groups))[:-1])
+    group_of_row = np.full(st.size, -1, dtype=np.int64)
+    group_of_row[rows] = inverse
+
+    def total(values: np.ndarray) -> np.ndarray:
+        return np.bincount(inverse, weights=values[rows], minlength=n_groups).astype(np.int64)
+
+    return _Groups(members, rows[first], group_of_row, total(st.whole_free),
+                   total(np.maximum(st.gpu_free, 0).sum(axis=1)), total(st.cpu_free),
+                   total(st.mem_free))
+
+
+def _fit_per_row(r: Request, st: FleetState, rows: np.ndarray) -> np.ndarray:
+    """Parts of ``r`` each of ``rows`` could hold alone, given its free capacity."""
+    if r.gpus == 0:
+        f = np.full(len(rows), _BIG, dtype=np.int64)
+    elif r.is_share:
+        f = (np.maximum(st.gpu_free[rows], 0) // r.gpu_milli).sum(axis=1)
+    else:
+        f = st.whole_free[rows] // r.gpus
+    if r.cpu_milli:
+        f = np.minimum(f, st.cpu_free[rows] // r.cpu_milli)
+    if r.memory_mib:
+        f = np.minimum(f, st.mem_free[rows] // r.memory_mib)
+    if r.is_gang:
+        f = np.minimum(f, 1)
+    return f
+
+
+def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
+                  views: dict[str, RequestView], groups: dict[str, np.ndarray],
+                  greedy: Sequence[Placement], policy: Policy) -> SolverResult:
+    st = start.state
+    grp = node_groups(start)
+    n_groups = len(grp.rep)
+    up_rows = np.flatnonzero(st.up)
+    up_group = grp.group_of_row[up_rows]
+    # Data: types, and per type the parts each group could hold (pruning: 0 = no variable).
+    types: dict[tuple, list[Request]] = defaultdict(list)
+    for r in ordered:
+        g = groups[r.name]
+        comp = g[views[r.name].compatible]
+        const = comp.size == 0 or bool((comp == comp[0]).all())
+        gsig = int(comp[0]) if const and comp.size else hash(g.tobytes())
+        types[(r.gpus, r.gpu_milli, r.nodes, r.cpu_milli, r.memory_mib,
+               views[r.name].signature, r.priority is PriorityClass.CRITICAL, const, gsig)
+              ].append(r)
+    type_list = list(types.items())
+    fits: list[np.ndarray] = []
+    for _key, reqs in type_list:
+        r0 = reqs[0]
+        view, g = views[r0.name], groups[r0.name]
+        gk = g[grp.rep]
+        part = r0.gpus * r0.gpu_milli
+        ok = view.compatible[grp.rep] & view.zone_ok[grp.rep] & ((gk >= 0) | (gk == -1))
+        if part and len(start.remaining):
+            ok &= (gk < 0) | (start.remaining[np.maximum(gk, 0)] >= part)
+        per_row = _fit_per_row(r0, st, up_rows)
+        per_group = np.bincount(up_group, weights=np.minimum(per_row, 1 << 20),
+                                minlength=n_groups).astype(np.int64)
+        fits.append(np.where(ok, per_group, 0))
+    pairs = sum(int((f > 0).sum()) for f in fits)
+    size = f"{len(type_list)} types x {n_groups} node groups, {pairs} pairs"
+    if pairs > MAX_PAIRS:
+        return SolverResult([], -1, None, SolveStatus.GREEDY, None,
+                            f"solver skipped: {size} > {MAX_PAIRS}")
+    sizes = sorted({r.gpus for _, reqs in type_list for r in reqs[:1]
+                    if r.gpus >= 2 and not r.is_share})
+    # Whole-GPU parts of at least s GPUs a group can hold: sum over nodes of floor(W/s).
+    blocks = {s_: np.bincount(up_group, weights=st.whole_free[up_rows] // s_,
+                              minlength=n_groups).astype(np.int64) for s_ in sizes}
+    model = cp_model.CpModel()
+    x: dict[tuple[int, int], cp_model.IntVar] = {}
+    y: dict[tuple[int, tuple[int, int]], cp_model.IntVar] = {}
+    bucket_members: dict[tuple[int, tuple[int, int]], list[Request]] = {}
+    cap: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    quota_terms: dict[int, list] = defaultdict(list)
+    headroom_terms: list = []
+    objective: list = []
+    for t, (key, reqs) in enumerate(type_list):
+        r0 = reqs[0]
+        view, g = views[r0.name], groups[r0.name]
+        const, gsig = key[7], key[8]
+        part = r0.gpus * r0.gpu_milli
+        e = effective_milli(r0)
+        whole = r0.gpus > 0 and not r0.is_share
+        # y: requests placed per bucket (quota group, weight).
+        buckets: dict[tuple[int, int], list[Request]] = defaultdict(list)
+        for r in reqs:
+            buckets[(gsig if const else _PER_MODEL, weights[r.name])].append(r)
+        ys = []
+        for b, members in buckets.items():
+            var = model.new_int_var(0, len(members), f"y_{t}_{b[0]}_{b[1]}")
+            y[(t, b)] = var
+            bucket_members[(t, b)] = members
+            ys.append(var)
+            objective.append(var * (r0.nodes * e * VALUE_SCALE * b[1]))
+            if const and b[0] >= 0 and part:
+                quota_terms[b[0]].append(var * (r0.nodes * part))
+        # x: parts per node group where at least one fits.
+        xs = []
+        for k in np.flatnonzero(fits[t]):
+            k = int(k)
+            var = model.new_int_var(0, int(min(fits[t][k], r0.nodes * len(reqs))), f"x_{t}_{k}")
+            x[(t, k)] = var
+            xs.append(var)
+            pen = int(view.penalty[grp.rep[k]])
+            if pen:
+                objective.append(var * (-e * pen))
+            if whole:
+                cap["whole"][k].append(var * r0.gpus)
+                for s_ in sizes:
+                    if r0.gpus >= s_:
+                        cap[f"block{s_}"][k].append(var)
+                if r0.priority is not PriorityClass.CRITICAL and start.headroom:
+                    headroom_terms.append(var * r0.gpus)
+            if part:
+                cap["milli"][k].append(var * part)
+                gq = int(g[grp.rep[k]])
+                if not const and gq >= 0:
+                    quota_terms[gq].append(var * part)
+            if r0.cpu_milli:
+                cap["cpu"][k].append(var * r0.cpu_milli)
+            if r0.memory_mib:
+                cap["mem"][k].append(var * r0.memory_mib)
+            if r0.is_gang:  # one part per node: a gang count times the nodes that fit one
+                model.add(var <= int(fits[t][k]) * sum(ys))
+        if xs:
+            model.add(sum(xs) == r0.nodes * sum(ys))
+        else:
+            model.add(sum(ys) == 0)
+    # Capacity per node group, summed over its nodes.
+    limits = {"whole": grp.whole, "milli": grp.milli, "cpu": grp.cpu, "mem": grp.mem,
+              **{f"block{s_}": blocks[s_] for s_ in sizes}}
+    for name, per_group in cap.items():
+        for k, terms in per_group.items():
+            model.add(sum(terms) <= int(limits[name][k]))
+    for q, terms in quota_terms.items():
+        model.add(sum(terms) <= int(start.remaining[q]))
+    if headroom_terms:
+        model.add(sum(headroom_terms) <= max(int(start.budget or 0), 0))
+    model.maximize(sum(objective))
+    _hint(model, x, y, type_list, bucket_members, greedy, grp, st.layout.row_of)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = policy.solver_time_limit_s
+    solver.parameters.num_workers = max(1, policy.solver_workers)
+    solver.parameters.random_seed = policy.solver_seed
+    status = solver.solve(model)
+    if status == cp_model.OPTIMAL:
+        kind = SolveStatus.OPTIMAL
+    elif status == cp_model.FEASIBLE:
+        kind = SolveStatus.FEASIBLE
+    else:
+        return SolverResult([], -1, None, SolveStatus.GREEDY, None,
+                            f"solver {solver.status_name(status)} ({size})")
+    chosen: dict[int, list[Request]] = {}
+    for (t, b), var in y.items():
+        n = solver.value(var)
+        if n:
+            chosen.setdefault(t, []).extend(bucket_members[(t, b)][:n])
+    allot = {key: solver.value(var) for key, var in x.items() if solver.value(var)}
+    cycle = start.clone()
+    placements, value = disaggregate(cycle, type_list, chosen, allot, grp, ordered, weights,
+                                     views, groups)
+    return SolverResult(placements, value, cycle, kind, float(solver.best_objective_bound),
+                        f"{size}; relaxation {solver.objective_value:.0f}")
+
+
+def _hint(model: cp_model.CpModel, x: dict, y: dict, type_list: list, bucket_members: dict,
+          greedy: Sequence[Placement], grp: _Groups, row_of) -> None:
+    placed = {p.request_name: p for p in greedy}
+    type_of = {r.name: t for t, (_, reqs) in enumerate(type_list) for r in reqs}
+    xs: dict[tuple[int, int], int] = defaultdict(int)
+    for p in greedy:
+        t = type_of.get(p.request_name)
+        if t is None:
+            continue
+        for a in p.assignments:
+            xs[(t, int(grp.group_of_row[row_of[a.node]]))] += 1
+    for key, var in x.items():
+        model.add_hint(var, xs.get(key, 0))
+    for key, var in y.items():
+        model.add_hint(var, sum(1 for r in bucket_members[key] if r.name in placed))
+
+
+def disaggregate(cycle: Cycle, type_list: list, chosen: dict[int, list[Request]],
+                 allot: dict[tuple[int, int], int], grp: _Groups, ordered: Sequence[Request],
+                 weights: dict[str, int], views: dict[str, RequestView],
+                 groups: dict[str, np.ndarray]) -> tuple[list[Placement], int]:
+    """Concrete placements for the solver's choice (see the module docstring)."""
+    left = dict(allot)
+    by_type: dict[int, list[int]] = defaultdict(list)
+    for (t, k) in allot:
+        by_type[t].append(k)
+    todo = [(t, r) for t, reqs in chosen.items() for r in reqs]
+    todo.sort(key=lambda tr: (-tr[1].nodes * tr[1].gpus * tr[1].gpu_milli, -weights[tr[1].name]))
+    placements: list[Placement] = []
+    done: set[str] = set()
+    value = 0
+    for t, r in todo:
+        ks = [k for k in by_type[t] if left.get((t, k), 0) > 0]
+        rows = np.sort(np.concatenate([grp.members[k] for k in ks])) if ks else None
+        choice = None
+        if rows is not None:
+            choice = fit(cycle, r, weights[r.name], views[r.name], groups[r.name], rows)
+        if choice is None:
+            choice = fit(cycle, r, weights[r.name], views[r.name], groups[r.name])
+        if choice is None:
+            continue
+        for row in choice.rows:
+            key = (t, int(grp.group_of_row[row]))
+            if left.get(key, 0) > 0:
+                left[key] -= 1
+        placements.append(cycle.commit(r, choice))
+        done.add(r.name)
+        value += choice.value
+    for r in ordered:  # fill: whatever still fits after the solver's choice
+        if r.name in done:
+            continue
+        choice = fit(cycle, r, weights[r.name], views[r.name], groups[r.name])
+        if choice is not None:
+            placements.append(cycle.commit(r, choice))
+            value += choice.value
+    return placements, value

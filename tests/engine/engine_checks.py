@@ -1,0 +1,193 @@
+"""Independent checks of a plan (written from the rules, not from the engine's code) and a
+brute-force optimum for tiny snapshots.
+
+The objective is restated here from its definition (gpu_pool.engine.objective docstring):
+a part of request r on node n is worth ``e(r) * (1000 * w(r) - p(r, n))`` with
+``p = 2 * round(100 * (m_n - m_min(r)) / m_n)`` for the card memory (datasets left out of
+the brute-force instances) and ``w`` the class weight (no aging: submitted at ``now``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from itertools import combinations
+
+from gpu_pool.engine.types import Plan, Snapshot
+from gpu_pool.model import MILLI_PER_GPU, Node, PriorityClass, Request
+
+
+def accepts(r: Request, node: Node) -> bool:
+    if r.gpus == 0:
+        return True
+    gpu = node.gpus[0] if node.gpus else None
+    return gpu is not None and r.accepts(gpu) and node.gpu_count >= r.gpus
+
+
+def penalty(r: Request, node: Node, nodes: tuple[Node, ...]) -> int:
+    ok = [n.gpus[0].memory_mib for n in nodes if n.gpus and accepts(r, n)
+          and n.cpu_milli >= r.cpu_milli and n.memory_mib >= r.memory_mib]
+    m_min, m = min(ok), node.gpus[0].memory_mib
+    return 2 * round(100 * (m - m_min) / m)
+
+
+def part_value(r: Request, node: Node, snap: Snapshot) -> int:
+    e = max(r.gpus * r.gpu_milli, 1)
+    return e * (1000 * snap.policy.weight(r.priority) - penalty(r, node, snap.nodes))
+
+
+def plan_value(plan: Plan, snap: Snapshot) -> int:
+    by_name = {r.name: r for r in snap.requests}
+    nodes = {n.name: n for n in snap.nodes}
+    return sum(part_value(by_name[p.request_name], nodes[a.node], snap)
+               for p in plan.placements for a in p.assignments)
+
+
+def quota_limits(snap: Snapshot):
+    """(team, purpose, model|None) -> (limit milli, used milli) of the active quotas."""
+    limits: dict = defaultdict(int)
+    for q in snap.quotas:
+        if q.active_at(snap.now):
+            limits[(q.team, q.purpose, q.gpu_model)] += round(
+                (q.gpus + q.borrow_limit_gpus) * MILLI_PER_GPU)
+    return limits
+
+
+def group_key(limits, team, purpose, model):
+    for key in ((team, purpose, model), (team, purpose, None)):
+        if key in limits:
+            return key
+    return None
+
+
+def check_plan(plan: Plan, snap: Snapshot) -> None:
+    """Assert every rule a plan must keep (capacity, gangs, models, quota, nodes, data)."""
+    nodes = {n.name: n for n in snap.nodes}
+    reqs = {r.name: r for r in snap.requests}
+    used: dict[tuple[str, int], int] = defaultdict(int)
+    cpu: dict[str, int] = defaultdict(int)
+    mem: dict[str, int] = defaultdict(int)
+    for a in snap.allocations:
+        for i in a.gpu_indices:
+            used[(a.node, i)] += a.gpu_milli
+        cpu[a.node] += a.cpu_milli
+        mem[a.node] += a.memory_mib
+    before = dict(used)
+    limits = quota_limits(snap)
+    usage: dict = defaultdict(int)
+    for a in snap.allocations:
+        key = group_key(limits, a.team, a.purpose, a.gpu_model)
+        if key:
+            usage[key] += a.gpu_milli_total
+    names = [p.request_name for p in plan.placements] + [x.request_name for x in plan.pending]
+    assert sorted(names) == sorted(reqs), "every request placed or pending, exactly once"
+    noncritical_whole = 0
+    for p in plan.placements:
+        r = reqs[p.request_name]
+        assert r.data_ready, f"{r.name} placed without its data"
+        assert len(p.assignments) == r.nodes, f"{r.name}: gang split"
+        assert len({a.node for a in p.assignments}) == r.nodes, f"{r.name}: node repeated"
+        for a in p.assignments:
+            node = nodes[a.node]
+            assert node.schedulable, f"{r.name} on {node.name} ({node.state})"
+            assert accepts(r, node), f"{r.name}: model/memory constraint broken on {node.name}"
+            assert len(a.gpu_indices) == r.gpus and len(set(a.gpu_indices)) == r.gpus
+            assert a.cpu_milli == r.cpu_milli and a.memory_mib == r.memory_mib
+            if r.gpus:
+                assert a.gpu_milli == r.gpu_milli
+            healthy = {g.index for g in node.gpus if g.healthy}
+            for i in a.gpu_indices:
+                assert i in healthy, f"{r.name}: GPU {i} of {node.name} unhealthy or absent"
+                if before.get((a.node, i), 0) == 0 and used[(a.node, i)] == 0 and (
+                        r.priority is not PriorityClass.CRITICAL):
+                    noncritical_whole += 1
+                used[(a.node, i)] += a.gpu_milli
+            cpu[a.node] += a.cpu_milli
+            mem[a.node] += a.memory_mib
+            key = group_key(limits, r.team, r.purpose, node.gpu_model)
+            lent = (snap.policy.lend_idle_off_peak and snap.policy.off_peak.contains(snap.now)
+                    and (r.priority is PriorityClass.BATCH or r.preemptible))
+            if snap.quotas and r.gpus:
+                assert key is not None, f"{r.name} placed without an active quota"
+                if not lent:
+                    usage[key] += r.gpus * r.gpu_milli
+                    assert usage[key] <= limits[key], f"{r.name}: quota {key} exceeded"
+    for (node, i), milli in used.items():
+        assert milli <= MILLI_PER_GPU, f"GPU {i} of {node} over-allocated: {milli}"
+    for name, node in nodes.items():
+        assert cpu[name] <= node.cpu_milli and mem[name] <= node.memory_mib, name
+    if snap.policy.critical_headroom_gpus:
+        whole0 = sum(1 for n in snap.nodes if n.schedulable for g in n.gpus
+                     if g.healthy and before.get((n.name, g.index), 0) == 0)
+        assert noncritical_whole <= max(whole0 - snap.policy.critical_headroom_gpus, 0)
+
+
+def brute_force_optimum(snap: Snapshot) -> int:
+    """Best plan value by exhaustive search (datasets, quotas and headroom left out)."""
+    nodes = [n for n in snap.nodes if n.schedulable]
+    free = {n.name: [0 if not g.healthy else MILLI_PER_GPU for g in n.gpus] for n in nodes}
+    cpu = {n.name: n.cpu_milli for n in nodes}
+    mem = {n.name: n.memory_mib for n in nodes}
+    for a in snap.allocations:
+        if a.node in free:
+            for i in a.gpu_indices:
+                free[a.node][i] -= a.gpu_milli
+            cpu[a.node] -= a.cpu_milli
+            mem[a.node] -= a.memory_mib
+    reqs = [r for r in snap.requests if r.data_ready]
+    best_each = []
+    for r in reqs:
+        vals = [part_value(r, n, snap) for n in nodes if accepts(r, n)]
+        best_each.append(r.nodes * max(vals) if len(vals) >= r.nodes else 0)
+    suffix = [0] * (len(reqs) + 1)
+    for i in range(len(reqs) - 1, -1, -1):
+        suffix[i] = suffix[i + 1] + best_each[i]
+    best = [0]
+
+    def take(n: Node, r: Request, col: int | None) -> list[int] | None:
+        if cpu[n.name] < r.cpu_milli or mem[n.name] < r.memory_mib:
+            return None
+        f = free[n.name]
+        if r.is_share:
+            return [col] if col is not None and f[col] >= r.gpu_milli else None
+        cols = [j for j, v in enumerate(f) if v == MILLI_PER_GPU][: r.gpus]
+        return cols if len(cols) == r.gpus else None
+
+    def apply(n: Node, r: Request, cols: list[int], sign: int) -> None:
+        for j in cols:
+            free[n.name][j] -= sign * r.gpu_milli
+        cpu[n.name] -= sign * r.cpu_milli
+        mem[n.name] -= sign * r.memory_mib
+
+    def dfs(i: int, value: int) -> None:
+        best[0] = max(best[0], value)
+        if i == len(reqs) or value + suffix[i] <= best[0]:
+            return
+        r = reqs[i]
+        ok = [n for n in nodes if accepts(r, n)]
+        for combo in combinations(ok, r.nodes):
+            if r.is_share:
+                n = combo[0]
+                seen = set()
+                for j, v in enumerate(free[n.name]):
+                    if v >= r.gpu_milli and v not in seen:
+                        seen.add(v)
+                        if take(n, r, j) is not None and cpu[n.name] >= r.cpu_milli:
+                            apply(n, r, [j], +1)
+                            dfs(i + 1, value + part_value(r, n, snap))
+                            apply(n, r, [j], -1)
+                continue
+            taken = []
+            for n in combo:
+                cols = take(n, r, None)
+                if cols is None:
+                    break
+                apply(n, r, cols, +1)
+                taken.append((n, cols))
+            if len(taken) == r.nodes:
+                dfs(i + 1, value + sum(part_value(r, n, snap) for n in combo))
+            for n, cols in taken:
+                apply(n, r, cols, -1)
+        dfs(i + 1, value)
+
+    dfs(0, 0)
+    return best[0]
