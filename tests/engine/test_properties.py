@@ -1,0 +1,65 @@
+"""Properties every plan keeps, on random snapshots with every rule switched on; purity."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+from engine_checks import check_plan
+from engine_factories import NOW, make_node, make_request, make_snapshot, random_snapshot
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpu_pool.engine import FleetState, plan, plan_on_state
+from gpu_pool.model import Policy
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), nodes=st.integers(1, 10), requests=st.integers(1, 40),
+       max_gpus=st.sampled_from([2, 4, 8]))
+def test_no_plan_breaks_a_rule(seed: int, nodes: int, requests: int, max_gpus: int) -> None:
+    snap = random_snapshot(random.Random(seed), nodes=nodes, requests=requests,
+                           max_gpus=max_gpus, extras=True)
+    result = plan(snap)
+    check_plan(result, snap)  # capacity, gangs, models, quotas, down nodes, data, headroom
+    assert result.stats.objective >= result.stats.greedy_objective
+    if result.stats.upper_bound is not None:
+        assert result.stats.upper_bound >= result.stats.objective
+
+
+def test_check_plan_catches_a_broken_plan() -> None:
+    """The property above can fail: a hand-broken plan is refused by the same checker."""
+    import dataclasses
+
+    import pytest
+
+    from gpu_pool.engine.types import NodeAssignment, Placement
+
+    snap = make_snapshot([make_node("a", "A100", 2)], [make_request("x", 2), make_request("y", 1)])
+    good = plan(snap)
+    bad = dataclasses.replace(good, placements=good.placements + (
+        Placement("y", (NodeAssignment("a", (0,), 1000, 0, 0),)),), pending=())
+    with pytest.raises(AssertionError):
+        check_plan(bad, snap)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_plan_is_pure_and_deterministic(seed: int) -> None:
+    snap = random_snapshot(random.Random(seed), nodes=6, requests=25, extras=True)
+    before = copy.deepcopy(snap)
+    first, second = plan(snap), plan(snap)
+    assert snap == before
+    assert first.placements == second.placements and first.pending == second.pending
+    assert first.stats.objective == second.stats.objective
+
+
+def test_plan_on_state_leaves_the_state_alone() -> None:
+    snap = random_snapshot(random.Random(5), nodes=5, requests=12)
+    state = FleetState.from_snapshot(snap)
+    free = state.gpu_free.copy(), state.cpu_free.copy(), state.mem_free.copy()
+    result = plan_on_state(state, snap.requests, policy=Policy(), now=NOW)
+    assert (state.gpu_free == free[0]).all() and (state.cpu_free == free[1]).all()
+    assert (state.mem_free == free[2]).all()
+    for p in result.placements:  # and the caller can apply the plan incrementally
+        state.apply(p)

@@ -1,0 +1,85 @@
+"""Every reason code, with its sentence, on a snapshot built to produce it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from engine_factories import (
+    NOW,
+    make_allocation,
+    make_node,
+    make_quota,
+    make_request,
+    make_snapshot,
+)
+
+from gpu_pool.engine import plan
+from gpu_pool.engine.types import ReasonCode
+from gpu_pool.model import NodeState, Policy, PriorityClass
+
+A100_3 = make_node("a", "A100", 4)
+BUSY = make_allocation("old", A100_3, (3,))
+
+CASES = [
+    ("never fits", [A100_3], [make_request("x", 16)], (), Policy(), (),
+     ReasonCode.NEVER_FITS, "never fits: needs 16 any-model GPUs on one node; the largest "
+                            "such node has 4"),
+    ("data not ready", [A100_3], [make_request("x", 1, ready=False, size_gib=1)], (), Policy(), (),
+     ReasonCode.DATA_NOT_READY, "waits for its data: s3://data/x is not ready"),
+    ("quota expired", [A100_3], [make_request("x", 1)],
+     (make_quota(expires_at=NOW - timedelta(hours=1)),), Policy(), (),
+     ReasonCode.QUOTA_EXPIRED, "team ml (training) has quota on these GPUs, but none valid now"),
+    ("quota not started", [A100_3], [make_request("x", 1)],
+     (make_quota(valid_from=NOW + timedelta(days=1)),), Policy(), (),
+     ReasonCode.QUOTA_EXPIRED, "none valid now"),
+    ("quota exhausted", [A100_3], [make_request("x", 2)], (make_quota(gpus=2),), Policy(),
+     (BUSY,), ReasonCode.QUOTA_EXHAUSTED,
+     "team ml training quota on any model exhausted: 1 of 2 GPUs in use; needs 2 GPUs"),
+    ("no quota", [A100_3], [make_request("x", 1, team="cv")], (make_quota(),), Policy(), (),
+     ReasonCode.QUOTA_EXHAUSTED, "team cv (training) has no quota for 1 any-model GPU"),
+    ("data zone", [make_node("b", "A100", 4, zone="far", bandwidth=100.0)],
+     [make_request("x", 1, data_zone="z1", size_gib=1000)], (), Policy(), (),
+     ReasonCode.DATA_ZONE, "its data in zone z1 would take 10240 s to reach the nearest "
+                           "compatible node (limit 3600 s)"),
+    ("headroom", [A100_3], [make_request("x", 4)], (), Policy(critical_headroom_gpus=2), (),
+     ReasonCode.HEADROOM_RESERVED, "2 whole GPUs are held for critical work and only 4 are free"),
+    ("capacity", [A100_3], [make_request("x", 4, models=("A100",))], (), Policy(), (BUSY,),
+     ReasonCode.WAITING_FOR_CAPACITY, "needs 4 A100 GPUs on one node; largest free block is 3"),
+    ("capacity share", [A100_3],
+     [make_request("x", 1, milli=800)], (), Policy(),
+     tuple(make_allocation(f"o{i}", A100_3, (i,), milli=500) for i in range(4)),
+     ReasonCode.WAITING_FOR_CAPACITY,
+     "needs 0.8 of one any-model GPU on one node; largest free share is 0.5 of a GPU"),
+    ("capacity cpu", [make_node("c", "A100", 4, cpu=8000)],
+     [make_request("x", 1, cpu=6000)], (), Policy(),
+     (make_allocation("o", make_node("c", "A100", 4), (0,), cpu=4000),),
+     ReasonCode.WAITING_FOR_CAPACITY, "needs 1 any-model GPU with 6 CPU cores"),
+    ("down node", [make_node("d", "A100", 4, state=NodeState.DRAINING)],
+     [make_request("x", 1)], (), Policy(), (), ReasonCode.WAITING_FOR_CAPACITY,
+     "every compatible node is down or draining"),
+    ("gang", [A100_3, make_node("e", "A100", 4)], [make_request("x", 4, nodes=2)], (),
+     Policy(), (BUSY,), ReasonCode.WAITING_FOR_CAPACITY,
+     "needs 2 nodes each with 4 free GPUs (2 nodes x 4 any-model GPUs); 1 have them free"),
+    ("outranked", [A100_3],
+     [make_request("x", 4, priority=PriorityClass.LOW),
+      make_request("y", 2, priority=PriorityClass.HIGH)], (), Policy(), (),
+     ReasonCode.OUTRANKED, "outranked: the capacity it fits in went to higher-priority"),
+]
+
+
+@pytest.mark.parametrize(("nodes", "requests", "quotas", "policy", "allocations", "code",
+                          "sentence"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_reason(nodes, requests, quotas, policy, allocations, code, sentence) -> None:
+    result = plan(make_snapshot(nodes, requests, quotas=quotas, policy=policy,
+                                allocations=allocations))
+    reason = result.reason_of("x")
+    assert reason is not None, result
+    assert reason.code is code
+    assert sentence in reason.message
+
+
+def test_critical_request_may_use_the_headroom() -> None:
+    snap = make_snapshot([A100_3], [make_request("x", 4, priority=PriorityClass.CRITICAL)],
+                         policy=Policy(critical_headroom_gpus=2))
+    assert plan(snap).placement_of("x") is not None
