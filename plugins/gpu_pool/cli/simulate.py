@@ -49,9 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     replay.add_argument("--seed", type=int, default=42, help="seed of --sample (default 42)")
     replay.add_argument("--max-cycle-tasks", type=int, default=2000,
                         help="most pending tasks the engine sees per cycle (queue head)")
-    replay.add_argument("--load", type=float, default=None,
-                        help="compress arrival times until the offered GPU load is this "
-                             "(e.g. 1.0); default: the trace's own timestamps")
+    replay.add_argument("--fleet-fraction", type=float, default=1.0,
+                        help="replay on this share of the nodes, stratified by model and "
+                             "size (the openb sample loads ~0.2%% of the full fleet)")
     replay.set_defaults(func=replay_handler)
 
 
@@ -90,11 +90,12 @@ def replay_handler(args: argparse.Namespace) -> int:
         raise SpecError("heartbeat", args.heartbeat, "a positive number of seconds")
     if not 0 < args.sample <= 1:
         raise SpecError("sample", args.sample, "a fraction in (0, 1]")
-    if args.load is not None and not args.load > 0:
-        raise SpecError("load", args.load, "a positive offered load, like 1.0")
+    if not 0 < args.fleet_fraction <= 1:
+        raise SpecError("fleet-fraction", args.fleet_fraction, "a fraction in (0, 1]")
     trace = load_trace(args.nodes, args.pods)
     config = ReplayConfig(heartbeat_s=args.heartbeat, sample=args.sample, seed=args.seed,
-                          max_cycle_tasks=args.max_cycle_tasks, load=args.load)
+                          max_cycle_tasks=args.max_cycle_tasks,
+                          fleet_fraction=args.fleet_fraction)
     result = run_replay(trace, args.policy, config)
     summary = replay_summary(result)
     if args.json:

@@ -8,10 +8,12 @@ Protocol
 * Placement cycles run every ``heartbeat_s`` seconds of virtual time; a cycle first releases
   the tasks that ended, then admits the arrivals, then lets the policy start pending tasks.
   Cycles in which nothing arrived or ended are skipped (their outcome would not change).
-* ``load`` (optional): the openb timestamps spread 8,152 tasks over 149 days, an offered
-  GPU load of about 0.2% of the fleet, so nothing ever queues; ``load`` compresses the
-  arrival times (durations unchanged) until the offered load (GPU-seconds asked / GPU-seconds
-  of the fleet over the arrival span) equals it.
+* ``fleet_fraction``: the openb task list is a sample: at its own timestamps it keeps about
+  40 GPUs of the 6,212 busy (0.2% offered load), and even compressed 3,000-fold in time it
+  never asks for more than 3,800 at once, so on the full fleet nothing ever queues. To see a
+  working cluster with real arrival times and durations, the replay can run on a share of
+  the nodes: ``ceil(fraction x n)`` nodes of every (model, GPU count) group, chosen with the
+  seed, so every model and node size stays present.
 * ``qos`` becomes a priority class: Guaranteed -> critical, LS (latency-sensitive) -> high,
   Burstable -> normal, BE (best effort) -> low; a task without qos is normal.
 
@@ -27,7 +29,7 @@ fifo
 bestfit
     Pending tasks in arrival order, each started wherever the bestfit baseline puts it.
 
-Reported over the arrival window (first to last arrival): GPU allocation (time-weighted mean, peak hours 08-20 and off-peak,
+Reported over the busy window (5th-percentile arrival to the last): GPU allocation (time-weighted mean, peak hours 08-20 and off-peak,
 hour of day = trace seconds // 3600 mod 24), queueing delay per priority class (median, p95,
 max), tasks never started, fragmentation (FGD measure as % of free GPU milli, time-weighted),
 solve time per cycle (median, p95, max).
@@ -70,7 +72,7 @@ class ReplayConfig:
     sample: float = 1.0
     seed: int = 42
     max_cycle_tasks: int = 2000
-    load: float | None = None  # compress arrival times so the offered GPU load is this
+    fleet_fraction: float = 1.0  # replay on this share of the nodes (stratified, seeded)
 
 
 @dataclass(frozen=True)
@@ -112,13 +114,30 @@ def jobs_of(trace: Trace, config: ReplayConfig) -> list[Job]:
         prio = QOS_PRIORITY.get(t.qos or "", PriorityClass.NORMAL)
         jobs.append((int(t.creation_time), t, duration, prio))  # type: ignore[arg-type]
     jobs.sort(key=lambda j: (j[0], j[1].name))
-    if config.load is not None and jobs:
-        first, last = jobs[0][0], jobs[-1][0]
-        gpu_seconds = sum(t.total_gpu_milli / MILLI * d for _, t, d, _ in jobs)
-        offered = gpu_seconds / (trace.total_gpus * max(1, last - first))
-        scale = offered / config.load
-        jobs = [(first + int((a - first) * scale), t, d, p) for a, t, d, p in jobs]
     return [Job(i, t, a, d, p) for i, (a, t, d, p) in enumerate(jobs)]
+
+
+def window_of(arrivals: Sequence[int | float]) -> tuple[float, float]:
+    """The busy window: from the 5th-percentile arrival to the last one (the openb trace
+    has a long, nearly empty lead-in before most of its tasks arrive)."""
+    ordered = sorted(arrivals)
+    return float(ordered[int(0.05 * (len(ordered) - 1))]), float(ordered[-1])
+
+
+def fleet_share(trace: Trace, fraction: float, seed: int) -> Trace:
+    """``trace`` on ``ceil(fraction x n)`` nodes of each (model, GPU count) group."""
+    if fraction >= 1:
+        return trace
+    groups: dict[tuple[str | None, int], list[int]] = {}
+    for i, n in enumerate(trace.nodes):
+        groups.setdefault((n.model, n.gpus), []).append(i)
+    rng = np.random.default_rng(seed)
+    keep: list[int] = []
+    for members in groups.values():
+        k = math.ceil(fraction * len(members))
+        keep.extend(int(x) for x in rng.choice(members, size=k, replace=False))
+    nodes = tuple(trace.nodes[i] for i in sorted(keep))
+    return Trace(nodes, trace.tasks, trace.nodes_path, trace.tasks_path)
 
 
 class _Runner:
@@ -200,6 +219,7 @@ class _Runner:
 
 def run_replay(trace: Trace, policy: str, config: ReplayConfig = ReplayConfig()) -> ReplayResult:
     jobs = jobs_of(trace, config)
+    trace = fleet_share(trace, config.fleet_fraction, config.seed)
     runner = _Runner(trace, policy, config)
     hb = config.heartbeat_s
     start: list[float | None] = [None] * len(jobs)
@@ -249,11 +269,14 @@ def run_replay(trace: Trace, policy: str, config: ReplayConfig = ReplayConfig())
                         tuple(allocated), tuple(frags), tuple(cycle_s), float(now))
 
 
-def _weighted(times: Sequence[float], values: Sequence[float], end: float,
+def _weighted(times: Sequence[float], values: Sequence[float], begin: float, end: float,
               hours: range | None = None, inside: bool = True) -> float:
+    """Time-weighted mean of a step function (``values[k]`` from ``times[k]``) on
+    [begin, end], optionally only over the hours of the day in (or outside) ``hours``."""
     total = weight = 0.0
-    for k, t in enumerate(times):
-        t_next = times[k + 1] if k + 1 < len(times) else end
+    for k, t0 in enumerate(times):
+        t_next = min(end, times[k + 1] if k + 1 < len(times) else end)
+        t = max(t0, begin)
         if t_next <= t:
             continue
         # Split the interval at hour boundaries only when a filter asks for it.
@@ -273,8 +296,8 @@ def _weighted(times: Sequence[float], values: Sequence[float], end: float,
 
 def hourly_allocation(result: ReplayResult) -> list[float]:
     """Mean allocation % per hour of the day (0..23) over the arrival window."""
-    end = max(j.arrival for j in result.jobs) if result.jobs else result.end_time
-    return [100 * _weighted(result.times, result.allocated, end, range(h, h + 1))
+    begin, end = window_of([j.arrival for j in result.jobs]) if result.jobs else (0.0, 0.0)
+    return [100 * _weighted(result.times, result.allocated, begin, end, range(h, h + 1))
             for h in range(24)]
 
 
@@ -296,22 +319,24 @@ def replay_summary(result: ReplayResult) -> dict[str, Any]:
                        "median": float(np.median(arr)), "p95": float(np.percentile(arr, 95)),
                        "max": float(arr.max())}
     cyc = np.asarray(result.cycle_seconds) * 1e3 if result.cycle_seconds else np.zeros(1)
-    # Measured over the arrival window: after the last arrival the cluster only drains.
-    end = max(j.arrival for j in result.jobs) if result.jobs else result.end_time
+    begin, end = window_of([j.arrival for j in result.jobs]) if result.jobs else (0.0, 0.0)
     return {
         "policy": result.policy,
         "heartbeat_s": result.config.heartbeat_s,
         "sample": result.config.sample,
+        "fleet_fraction": result.config.fleet_fraction,
         "tasks": len(result.jobs),
         "never_started": never,
         "cycles": len(result.cycle_seconds),
         "gpu_allocation_pct": {
-            "mean": 100 * _weighted(result.times, result.allocated, end),
-            "peak": 100 * _weighted(result.times, result.allocated, end, PEAK_HOURS, True),
-            "off_peak": 100 * _weighted(result.times, result.allocated, end, PEAK_HOURS, False),
+            "mean": 100 * _weighted(result.times, result.allocated, begin, end),
+            "peak": 100 * _weighted(result.times, result.allocated, begin, end, PEAK_HOURS),
+            "off_peak": 100 * _weighted(result.times, result.allocated, begin, end,
+                                        PEAK_HOURS, False),
         },
         "allocation_by_hour_pct": hourly_allocation(result),
-        "fragmentation_pct": _weighted(result.times, result.frag_pct, end),
+        "fragmentation_pct": _weighted(result.times, result.frag_pct, begin, end),
+        "window_s": [begin, end],
         "queueing_delay_s": queue,
         "cycle_ms": {"median": float(np.median(cyc)), "p95": float(np.percentile(cyc, 95)),
                      "max": float(cyc.max())},
