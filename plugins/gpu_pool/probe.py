@@ -218,14 +218,16 @@ def parse_probe_output(node: str, stdout: str, at: datetime) -> NodeProbe:
 
 
 def probe_node(node: str, ssh_conn_id: str, *, at: datetime | None = None,
-               conn_timeout: int = 10, command_timeout: float = 30.0) -> NodeProbe:
+               conn_timeout: int = 10, command_timeout: float = 30.0,
+               conn_retry_attempts: int = 1) -> NodeProbe:
     """Probe one node over SSH (its Airflow connection). Never raises for a node problem."""
     from gpu_pool.remote.runner import RemoteJobRunner
 
     at = at or datetime.now(UTC)
     try:
         with RemoteJobRunner(ssh_conn_id, conn_timeout=conn_timeout,
-                             command_timeout=command_timeout) as runner:
+                             command_timeout=command_timeout,
+                             conn_retry_attempts=conn_retry_attempts) as runner:
             _, stdout, stderr = runner.exec(PROBE_COMMAND)
     except Exception as error:  # any failure to talk to the node means "down"
         return NodeProbe(node, at, False, error=f"unreachable over {ssh_conn_id!r}: "

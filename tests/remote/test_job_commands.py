@@ -27,6 +27,7 @@ from gpu_pool.remote.job import (
     parse_kill_output,
     parse_poll_output,
     parse_start_output,
+    split_poll_output,
 )
 
 HOSTILE = [
@@ -205,3 +206,21 @@ def test_task_allocation_env_round_trip() -> None:
                                  "GPU_POOL_GPU_INDICES": "0,x"})
 
 
+
+
+def test_one_round_trip_poll_returns_status_then_log(tmp_path: Path) -> None:
+    job = RemoteJob("p", str(tmp_path))
+    # The log may itself contain the status tag: only the first one is the status.
+    assert bash(build_start_command("printf 'gpu-pool-status 9 9 9 9 x\\nhello\\n'", job,
+                                    {})).returncode == 0
+    wait_done(job)
+    raw = subprocess.run(["bash", "-c", build_poll_command(job, 0)], capture_output=True,
+                         check=True).stdout
+    status, log = split_poll_output(raw)
+    assert (status.state, status.exit_code, status.log_size) == (JobState.EXITED, 0, 32)
+    assert log == b"gpu-pool-status 9 9 9 9 x\nhello\n"
+    raw = subprocess.run(["bash", "-c", build_poll_command(job, 26, 3)], capture_output=True,
+                         check=True).stdout
+    assert split_poll_output(raw)[1] == b"hel"
+    with pytest.raises(RemoteJobError):
+        split_poll_output(b"motd only\n")

@@ -152,5 +152,6 @@ def test_an_unreachable_node_raises(sshd_fleet: Fleet, monkeypatch: pytest.Monke
     node = sshd_fleet["node-a"]
     uri = node.conn_uri.replace(f":{node.port}/", ":1/")
     monkeypatch.setenv("AIRFLOW_CONN_GPU_NODE_GONE", uri)
-    with RemoteJobRunner("gpu_node_gone", conn_timeout=2) as runner, pytest.raises(OSError):
+    with RemoteJobRunner("gpu_node_gone", conn_timeout=2, conn_retry_attempts=1) as runner, \
+            pytest.raises(OSError):
         runner.exec("true")

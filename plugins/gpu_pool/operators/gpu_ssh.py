@@ -14,7 +14,8 @@ allocation in its environment (:mod:`gpu_pool.remote.allocation`). The operator 
 2. defers to :class:`~gpu_pool.triggers.remote_job.GpuRemoteJobTrigger`, which polls from
    the triggerer (no worker slot is pinned for a long training), streams the output into
    the task log and kills the jobs at the time limit;
-3. at ``warn_at`` × ``time_limit`` (default 80 %) calls each ``on_time_limit_warning``
+3. at ``warn_at`` × ``time_limit`` (default 80 %) logs a warning, calls each
+   ``on_time_limit_warning``
    callback — an Airflow notifier (``SmtpNotifier(...)``, ``SlackWebhookNotifier(...)``) or
    any ``callable(context)``; ``context["gpu_pool_warning"]`` holds the elapsed time and the
    limit — and defers again;
@@ -190,7 +191,7 @@ class GpuSSHOperator(BaseOperator):
         warn_at_s = None if self.time_limit_s is None else self.warn_at * self.time_limit_s
         return GpuRemoteJobTrigger(
             jobs=jobs, started_at=started_at, time_limit_s=self.time_limit_s,
-            warn_at_s=warn_at_s, warned=warned or not self.on_time_limit_warning,
+            warn_at_s=warn_at_s, warned=warned,
             kill_grace_s=self.kill_grace_s, poll_interval=self.poll_interval,
             log_offsets=log_offsets)
 

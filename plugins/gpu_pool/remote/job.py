@@ -279,10 +279,17 @@ class RemoteJobError(Exception):
     """A node answered something a job command never prints (or did not answer)."""
 
 
-def build_poll_command(job: RemoteJob) -> str:
+def build_poll_command(job: RemoteJob, log_offset: int | None = None,
+                       max_bytes: int = 65536) -> str:
     """Prints ``gpu-pool-status <exit|-> <group alive 0|1> <monitor alive 0|1> <log bytes>
-    <killed reason|->``, or ``gpu-pool-status missing``."""
+    <killed reason|->`` (or ``gpu-pool-status missing``).
+
+    With ``log_offset``, up to ``max_bytes`` of the log from that offset follow the status
+    line, read *after* the status: once the status says "exited", the log is complete. One
+    round trip per poll (see :func:`split_poll_output`).
+    """
     d = shlex.quote(job.job_dir)
+    tail = "" if log_offset is None else build_log_read_command(job, log_offset, max_bytes) + "\n"
     number = "case \"$p\" in ''|*[!0-9]*) p=0 ;; esac; "
     return _GROUP_ALIVE + f"""d={d}
 if [ ! -d "$d" ]; then echo '{STATUS_TAG} missing'; exit 0; fi
@@ -294,7 +301,18 @@ m=0; [ "$p" -gt 1 ] && kill -0 "$p" 2>/dev/null && m=1
 size=$(stat -c%s "$d/log" 2>/dev/null || echo 0)
 k=-; [ -s "$d/killed" ] && k=$(head -c 32 "$d/killed" | tr -c 'a-z_' '_')
 echo "{STATUS_TAG} $ec $g $m $size $k"
-"""
+{tail}"""
+
+
+def split_poll_output(data: bytes) -> tuple[JobStatus, bytes]:
+    """(status, log bytes) from the output of ``build_poll_command(job, log_offset)``."""
+    at = data.find(STATUS_TAG.encode())  # the first: the log after it may contain anything
+    if at < 0:
+        raise RemoteJobError(f"no job status in the node's answer {data[-500:]!r}")
+    end = data.find(b"\n", at)
+    line = data[at:] if end < 0 else data[at:end]
+    status = parse_poll_output(line.decode("utf-8", "replace"))
+    return status, b"" if end < 0 else data[end + 1:]
 
 
 def parse_poll_output(text: str) -> JobStatus:

@@ -40,6 +40,7 @@ from gpu_pool.remote.job import (
     parse_kill_output,
     parse_poll_output,
     parse_start_output,
+    split_poll_output,
 )
 
 if TYPE_CHECKING:
@@ -76,17 +77,18 @@ class RemoteJobRunner:
     """Start, watch and stop remote jobs on the node of ``ssh_conn_id``."""
 
     def __init__(self, ssh_conn_id: str, *, command_timeout: float = 60.0,
-                 conn_timeout: int = 10) -> None:
+                 conn_timeout: int = 10, conn_retry_attempts: int = 2) -> None:
         self.ssh_conn_id = ssh_conn_id
         self.command_timeout = command_timeout
         self.conn_timeout = conn_timeout
+        self.conn_retry_attempts = conn_retry_attempts
 
     @cached_property
     def hook(self) -> SSHHook:
         from airflow.providers.ssh.hooks.ssh import SSHHook
 
         return SSHHook(ssh_conn_id=self.ssh_conn_id, conn_timeout=self.conn_timeout,
-                       keepalive_interval=30, conn_retry_attempts=2)
+                       keepalive_interval=30, conn_retry_attempts=self.conn_retry_attempts)
 
     def _client(self) -> paramiko.SSHClient:
         return self.hook.get_conn()  # cached by the hook while its transport is alive
@@ -114,6 +116,13 @@ class RemoteJobRunner:
     def poll(self, job: RemoteJob) -> JobStatus:
         _, out, _ = self.exec(build_poll_command(job))
         return parse_poll_output(out)
+
+    def poll_with_log(self, job: RemoteJob, offset: int,
+                      max_bytes: int = 65536) -> tuple[JobStatus, bytes]:
+        """The status and the log from ``offset`` (read after the status), in one round trip."""
+        _, stdout, _ = self._client().exec_command(
+            build_poll_command(job, offset, max_bytes), timeout=self.command_timeout)
+        return split_poll_output(stdout.read())
 
     def read_log(self, job: RemoteJob, offset: int, max_bytes: int = 65536) -> tuple[bytes, int]:
         """(bytes read, new offset)."""
@@ -147,9 +156,9 @@ class RemoteJobRunner:
         offset = 0
         deadline = None if time_limit_s is None else clock() + time_limit_s
         while True:
-            status = self.poll(job)
-            while True:  # drain the log, also after the end
-                data, offset = self.read_log(job, offset)
+            status, data = self.poll_with_log(job, offset)
+            offset += len(data)
+            while True:  # stream the log; drain it all once the job has ended
                 if on_output is not None and data:
                     pending += decoder.decode(data)
                     *lines, pending = pending.split("\n")
@@ -157,6 +166,7 @@ class RemoteJobRunner:
                         on_output(line)
                 if len(data) < 65536:
                     break
+                data, offset = self.read_log(job, offset)
             if status.done:
                 pending += decoder.decode(b"", final=True)
                 if on_output is not None and pending:

@@ -40,7 +40,7 @@ from gpu_pool.remote.job import (
     build_kill_command,
     build_log_read_command,
     build_poll_command,
-    parse_poll_output,
+    split_poll_output,
 )
 from gpu_pool.remote.runner import outcome_of
 
@@ -138,22 +138,20 @@ class GpuRemoteJobTrigger(BaseTrigger):
         return RemoteJob.from_dict(spec)
 
     async def _poll(self, spec: dict[str, str]) -> JobStatus:
-        return parse_poll_output(await self._run(spec["ssh_conn_id"],
-                                                 build_poll_command(self._job(spec))))
-
-    async def _stream_log(self, spec: dict[str, str]) -> None:
+        """One round trip: the job's status and its new output, which goes to the log."""
         job_id = spec["job_id"]
-        while True:
-            offset = self.log_offsets.get(job_id, 0)
-            chunk = await self._run_bytes(spec["ssh_conn_id"], build_log_read_command(
-                self._job(spec), offset, self.log_chunk_size))
-            if not chunk:
-                return
-            self.log_offsets[job_id] = offset + len(chunk)
+        status, chunk = split_poll_output(await self._run_bytes(spec["ssh_conn_id"],
+            build_poll_command(self._job(spec), self.log_offsets.get(job_id, 0),
+                               self.log_chunk_size)))
+        while chunk:
+            self.log_offsets[job_id] = self.log_offsets.get(job_id, 0) + len(chunk)
             for line in chunk.decode("utf-8", "replace").rstrip("\n").split("\n"):
                 self.log.info("[%s] %s", spec["node"], line)
             if len(chunk) < self.log_chunk_size:
-                return
+                break
+            chunk = await self._run_bytes(spec["ssh_conn_id"], build_log_read_command(
+                self._job(spec), self.log_offsets[job_id], self.log_chunk_size))
+        return status
 
     async def kill_jobs(self, reason: str, *, detach: bool = False,
                         only: list[dict[str, str]] | None = None) -> None:
@@ -179,8 +177,6 @@ class GpuRemoteJobTrigger(BaseTrigger):
             while True:
                 try:
                     statuses = [await self._poll(spec) for spec in self.jobs]
-                    for spec in self.jobs:
-                        await self._stream_log(spec)
                 except _TRANSIENT as error:
                     failures += 1
                     await self._close_all()
@@ -205,12 +201,14 @@ class GpuRemoteJobTrigger(BaseTrigger):
                     running = [spec for spec, s in zip(self.jobs, statuses, strict=True)
                                if not s.done]
                     await self.kill_jobs("gang_failed", only=running)
+                    await asyncio.sleep(min(self.poll_interval, 1.0))  # the monitors record exits
                     continue
                 elapsed = time.time() - self.started_at
                 if self.time_limit_s is not None and elapsed >= self.time_limit_s \
                         and not limit_hit:
                     limit_hit = True
                     await self.kill_jobs("time_limit")
+                    await asyncio.sleep(min(self.poll_interval, 1.0))
                     continue
                 if self.warn_at_s is not None and not self.warned and elapsed >= self.warn_at_s:
                     yield self._event("warning", elapsed_s=elapsed,
