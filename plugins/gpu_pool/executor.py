@@ -40,6 +40,7 @@ Design choices against Airflow's traps (see ``shared/design/airflow-3.3-notes.md
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import socket
 import subprocess
@@ -165,8 +166,8 @@ class GpuPoolExecutor(BaseExecutor):
         held = {self._names[k]: k for k in self.queued_tasks if k in self._names}
         try:
             report = cycle.run(held)
-        except GpuPoolError as error:
-            self.log.warning("Placement cycle skipped: %s", error)
+        except Exception:  # never stall or kill the scheduler loop: retry next heartbeat
+            self.log.exception("gpu-pool placement cycle failed; retrying next heartbeat")
             return
         self.last_cycle_seconds = report.seconds
         if report.planned:
@@ -195,6 +196,8 @@ class GpuPoolExecutor(BaseExecutor):
                     {**spec, "name": name, "submitted_at": datetime.now(UTC)},
                     policy=cycle.policy,
                 )
+                if request.dataset is not None:
+                    request = dataclasses.replace(request, data_ready=cycle.is_ready(request))
                 cycle.admit(request, _link(workload))
             except GpuPoolError as error:
                 self.log.error("GPU task %s refused: %s", key, error)
@@ -245,6 +248,12 @@ class GpuPoolExecutor(BaseExecutor):
     def sync(self) -> None:
         if self.cycle is None:
             return
+        try:
+            self._reap()
+        except Exception:  # the scheduler loop must survive a store or database hiccup
+            self.log.exception("gpu-pool sync failed; retrying next heartbeat")
+
+    def _reap(self) -> None:
         finished = [s for s in self._started.values() if s.process.poll() is not None]
         if finished:
             states = airflow_reads.task_states(s.ti_id for s in finished)

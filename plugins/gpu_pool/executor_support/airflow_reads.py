@@ -6,6 +6,7 @@ API), so these helpers are for the executor alone. Each opens its own short sess
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 
 from sqlalchemy import or_, select
@@ -23,7 +24,8 @@ def task_states(ti_ids: Iterable[str]) -> dict[str, str | None]:
         return {}
     with create_session() as session:
         rows = session.execute(
-            select(TaskInstance.id, TaskInstance.state).where(TaskInstance.id.in_(ids))
+            select(TaskInstance.id, TaskInstance.state)
+            .where(TaskInstance.id.in_([uuid.UUID(i) for i in ids]))
         ).all()
     found = {str(row[0]): (str(row[1]) if row[1] is not None else None) for row in rows}
     return {i: found.get(i, "removed") for i in ids}

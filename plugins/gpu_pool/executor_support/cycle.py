@@ -3,12 +3,13 @@
 A cycle reads top to bottom:
 
 1. **admit** — requests the executor holds but the store does not know yet are submitted
-   (idempotent: a request name is submitted once per process, and the store refuses a
-   second row with the same name);
+   (idempotent: the name is derived from the task instance try, and a name the store
+   already has — after a restart, a deferral, or from another scheduler — is not resubmitted);
 2. **snapshot** — ``store.load_snapshot(policy, now)`` in a short transaction;
-3. **readiness** — each pending request with a dataset is marked ready or not by the
-   injected ``data_ready`` oracle (Airflow asset events); a request whose data is not
-   ready keeps ``data_ready=False`` and the engine holds no GPU for it;
+3. **readiness** — a request with a dataset is submitted ready only if the injected
+   ``data_ready`` oracle (Airflow asset events) says so; each cycle, waiting ones whose
+   data arrived are flipped to ready (``store.set_data_ready``). Until then the engine
+   leaves them pending with "data not ready" and holds no GPU for them;
 4. **plan** — ``engine.plan(snapshot)`` outside any transaction, capped by the policy's
    solver time;
 5. **apply** — ``store.apply_plan(plan, now, actor)`` in one guarded transaction; a plan
@@ -86,7 +87,9 @@ class PlacementCycle:
         """Record ``request`` in the store once; ``link`` names its Airflow task instance."""
         if request.name in self._submitted:
             return
-        self.store.submit_request(request, actor=self.actor, **dict(link))
+        if self.store.get_request(request.name) is None:
+            self.store.submit_request(request, actor=self.actor, now=self.clock(),
+                                      external=dict(link), policy=self.policy)
         self._submitted.add(request.name)
         self._dirty = True
 
@@ -117,7 +120,7 @@ class PlacementCycle:
             return CycleReport(planned=False, detail="no pending requests")
         snapshot = self._with_readiness(snapshot)
         plan = self.planner(snapshot)
-        result = self.store.apply_plan(plan, now, self.actor)
+        result = self.store.apply_plan(plan, now, self.actor, policy=self.policy)
         placed = tuple(_names(getattr(result, "applied", None), plan))
         dropped = tuple(_names(getattr(result, "dropped", ()), None))
         return CycleReport(
@@ -126,18 +129,29 @@ class PlacementCycle:
         )
 
     def _with_readiness(self, snapshot: Any) -> Any:
+        """Flip requests whose dataset got its first asset event to ready, in the store too."""
         if self.data_ready is None:
             return snapshot
-        uris = {r.dataset.uri for r in snapshot.requests if r.dataset is not None}
-        if not uris:
+        waiting = {r.dataset.uri for r in snapshot.requests
+                   if r.dataset is not None and not r.data_ready}
+        if not waiting:
             return snapshot
-        ready = self.data_ready(uris)
-        requests = tuple(
-            dataclasses.replace(r, data_ready=r.dataset.uri in ready)
-            if r.dataset is not None else r
-            for r in snapshot.requests
-        )
-        return dataclasses.replace(snapshot, requests=requests)
+        ready = self.data_ready(waiting)
+        if not ready:
+            return snapshot
+        requests = []
+        for r in snapshot.requests:
+            if r.dataset is not None and not r.data_ready and r.dataset.uri in ready:
+                self.store.set_data_ready(r.name, True, actor=self.actor)
+                r = dataclasses.replace(r, data_ready=True)
+            requests.append(r)
+        return dataclasses.replace(snapshot, requests=tuple(requests))
+
+    def is_ready(self, request: Request) -> bool:
+        """Whether a new request's data is ready now (no dataset: always)."""
+        if request.dataset is None or self.data_ready is None:
+            return request.data_ready
+        return request.dataset.uri in self.data_ready([request.dataset.uri])
 
     def bindings(self, held: set[str]) -> tuple[Binding, ...]:
         if not held:
@@ -153,7 +167,8 @@ class PlacementCycle:
 
     def release(self, name: str, outcome: Outcome, reason: str) -> None:
         """End the request's allocations (ledger rows written by the store)."""
-        self.store.release_request(name, outcome, actor=self.actor, reason=reason, now=self.clock())
+        self.store.release_request(name, outcome, actor=self.actor, reason=reason,
+                                   now=self.clock(), policy=self.policy)
         self._submitted.discard(name)
         self._dirty = True
 
