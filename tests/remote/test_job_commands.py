@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -224,3 +225,15 @@ def test_one_round_trip_poll_returns_status_then_log(tmp_path: Path) -> None:
     assert split_poll_output(raw)[1] == b"hel"
     with pytest.raises(RemoteJobError):
         split_poll_output(b"motd only\n")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
+               min_size=1, max_size=60))
+def test_the_command_survives_every_level_of_nesting(tmp_path: Path, value: str) -> None:
+    job = RemoteJob(make_job_id("prop"), str(tmp_path))
+    command = f"printf '%s' {shlex.quote(value)}"  # what an author would write to print it
+    assert bash(build_start_command(command, job, {})).returncode == 0
+    assert wait_done(job).exit_code == 0
+    assert Path(job.path("log")).read_bytes() == value.encode()

@@ -7,6 +7,8 @@ with backoff when it drops), streams new output lines into the task log, and fir
 
 * ``{"status": "warning", ...}`` when ``warn_at_s`` seconds have passed since the start and
   no warning was sent yet (the operator notifies, then defers again with ``warned=True``);
+  a poll that finds the time limit already reached kills instead: stopping on time comes
+  before the warning;
 * ``{"status": "done", "outcome": ..., "results": ...}`` when every job has exited;
 * ``{"status": "error", "message": ...}`` when the nodes cannot be reached.
 
