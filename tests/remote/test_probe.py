@@ -172,3 +172,33 @@ def test_unreachable_node_is_down(sshd_fleet: Fleet, monkeypatch: pytest.MonkeyP
     record_probe(store, NodeProbe("gone", AT, True, readings=probe.readings, error=None),
                  current=NodeState.DOWN)
     assert store.calls == [("state", "gone", NodeState.UP, "probe", "probe answered")]
+
+
+@pytest.mark.slow
+def test_probe_readings_and_down_state_land_in_the_store(sshd_fleet: Fleet, tmp_path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_pool.spec import parse_node
+    from gpu_pool.store import Store
+
+    store = Store.from_url(f"sqlite:///{tmp_path / 'store.db'}")
+    store.migrate()
+    node = sshd_fleet["node-b"]
+    store.import_nodes([parse_node({"name": "node-b", "gpu_model": "T4", "gpus": 2,
+                                    "ssh_conn_id": node.conn_id}),
+                        parse_node({"name": "node-gone", "gpu_model": "T4", "gpus": 1,
+                                    "ssh_conn_id": "gpu_node_gone"})], "test")
+    monkeypatch.setenv("AIRFLOW_CONN_GPU_NODE_GONE", node.conn_uri.replace(f":{node.port}/", ":1/"))
+    busy = tuple(g.__class__(**{**g.__dict__, "utilization_pct": 64, "memory_used_mib": 4096})
+                 for g in node.gpus)
+    node.write_gpus(busy)
+    try:
+        for stored in store.list_nodes():
+            record_probe(store, probe_node(stored.name, stored.ssh_conn_id or "", at=AT,
+                                           conn_timeout=2), current=stored.state)
+    finally:
+        node.write_gpus(node.gpus)
+    nodes = {n.name: n for n in store.list_nodes()}
+    assert nodes["node-b"].state is NodeState.UP
+    assert [g.utilization_pct for g in nodes["node-b"].gpus] == [64.0, 64.0]
+    assert nodes["node-gone"].state is NodeState.DOWN
+    store.close()
