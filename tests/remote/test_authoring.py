@@ -96,3 +96,19 @@ def test_a_bad_spec_is_a_dag_import_error_naming_task_and_field(tmp_path: Path) 
     bag = DagBag(dag_folder=str(tmp_path))
     (error,) = bag.import_errors.values()
     assert "task 'pretrain': gpu_models: got 'B9000'; expected a known GPU model" in error
+
+
+def test_the_scheduler_sees_the_routing_after_serialization() -> None:
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    with DAG("serialized_gpu", schedule=None) as dag:
+        @task.gpu(gpu_share=250, team="cv", priority="critical", time_limit="90m")
+        def infer() -> str:
+            return "python serve.py"
+
+        infer()
+    rebuilt = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    op = rebuilt.get_task("infer")
+    assert op.executor == "GpuPool"
+    assert op.executor_config == {"gpu_pool": {"gpu_share": 250, "team": "cv",
+                                               "priority": "critical", "time_limit": 5400.0}}
