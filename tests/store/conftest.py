@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from urllib.parse import quote
 
@@ -73,20 +74,34 @@ def _empty_pg(url: str) -> None:
     engine.dispose()
 
 
+@contextmanager
+def _fresh_pg_schema(database: str) -> Iterator[str]:
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(database, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    try:
+        yield _pg_schema_url(database, schema)
+    finally:
+        with engine.connect() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        engine.dispose()
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:  # noqa: ANN001
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'store.db'}"
         return
-    database = request.getfixturevalue("pg_database")
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    engine = create_engine(database, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    yield _pg_schema_url(database, schema)
-    with engine.connect() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-    engine.dispose()
+    with _fresh_pg_schema(request.getfixturevalue("pg_database")) as url:
+        yield url
+
+
+@pytest.fixture
+def pg_store_url(pg_database: str) -> Iterator[str]:
+    """An empty PostgreSQL schema, for tests that are about PostgreSQL alone (the race)."""
+    with _fresh_pg_schema(pg_database) as url:
+        yield url
 
 
 class Clock:

@@ -27,10 +27,10 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, text
 
-from gpu_pool.engine.types import Placement, Plan, Preemption
 from gpu_pool.errors import ConflictError
 from gpu_pool.model import Allocation, Outcome, Policy, PriorityClass, Purpose, RequestState
 from gpu_pool.store.allocations import (
@@ -41,6 +41,9 @@ from gpu_pool.store.allocations import (
 )
 from gpu_pool.store.ledger import price_of
 from gpu_pool.store.requests import change_state, set_reasons
+
+if TYPE_CHECKING:  # the engine (OR-Tools, numpy) costs seconds to import; types only
+    from gpu_pool.engine.types import Placement, Plan, Preemption
 
 APPLY_LOCK_KEY = 0x6770755F61707079  # any constant unique to gpu-pool's apply step
 

@@ -12,7 +12,9 @@ Resolution order (first that gives a URL wins; :func:`resolve_db_url`):
 2. the environment variable ``GPU_POOL_DB_URL``;
 3. the Airflow connection ``gpu_pool_db``: from ``AIRFLOW_CONN_GPU_POOL_DB`` (URI or JSON,
    parsed by plain rules, no Airflow import), else — only when ``$AIRFLOW_HOME/airflow.cfg``
-   exists, because importing Airflow costs seconds — from Airflow's own connection lookup;
+   exists, because importing Airflow costs seconds — from Airflow's secrets backends and
+   metadata database (``Connection.get_connection_from_secrets``); any failure there means
+   "no such connection", never an error;
 4. ``sqlite:///$AIRFLOW_HOME/gpu_pool.db`` (``~/airflow`` when ``AIRFLOW_HOME`` is unset).
 
 Invariants of the engines made here: SQLite runs with foreign keys on, a busy timeout, WAL,
@@ -70,9 +72,11 @@ def airflow_connection_url() -> str | None:
     if not (airflow_home() / "airflow.cfg").exists():
         return None
     try:  # Airflow may be absent or misconfigured: then there simply is no such connection
-        from airflow.sdk import BaseHook
+        # The core model consults every secrets backend, the metadata database included;
+        # the task SDK's lookup does not outside a running task.
+        from airflow.models.connection import Connection
 
-        conn = BaseHook.get_connection(AIRFLOW_CONN_ID)
+        conn = Connection.get_connection_from_secrets(AIRFLOW_CONN_ID)
     except Exception:
         return None
     return _fields_to_url(conn.conn_type, conn.host, conn.login, conn.password, conn.schema,
@@ -91,7 +95,10 @@ def connection_to_url(raw: str) -> str:
         return _fields_to_url(d.get("conn_type"), d.get("host"), d.get("login"),
                               d.get("password"), d.get("schema"), d.get("port"))
     parts = urlsplit(raw)
-    return _fields_to_url(parts.scheme, unquote(parts.hostname or "") or None,
+    host = parts.netloc.rpartition("@")[2]  # not .hostname: it lowercases a SQLite path
+    if parts.port is not None:
+        host = host.rpartition(":")[0]
+    return _fields_to_url(parts.scheme, unquote(host) or None,
                           unquote(parts.username) if parts.username else None,
                           unquote(parts.password) if parts.password else None,
                           unquote(parts.path.lstrip("/")) or None, parts.port)

@@ -28,12 +28,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
-from gpu_pool.engine.types import Plan, Snapshot
 from gpu_pool.errors import ConflictError, StoreError
 from gpu_pool.model import (
     Allocation,
@@ -49,6 +48,9 @@ from gpu_pool.model import (
 )
 from gpu_pool.store import allocations, apply, events, fleet, ledger, migrate, quotas, requests
 from gpu_pool.store.connection import WRITE_OPTION, display_url, make_engine
+
+if TYPE_CHECKING:  # the engine (OR-Tools, numpy) costs seconds to import; types only
+    from gpu_pool.engine.types import Plan, Snapshot
 
 Clock = Callable[[], datetime]
 
@@ -254,6 +256,8 @@ class Store:
 
     def load_snapshot(self, policy: Policy, now: datetime) -> Snapshot:
         """Nodes, active allocations, pending requests and quotas, read in one transaction."""
+        from gpu_pool.engine.types import Snapshot
+
         with self._read() as conn:
             return Snapshot(
                 nodes=tuple(fleet.list_nodes(conn)),
