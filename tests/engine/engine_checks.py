@@ -80,7 +80,7 @@ def check_plan(plan: Plan, snap: Snapshot) -> None:
             usage[key] += a.gpu_milli_total
     names = [p.request_name for p in plan.placements] + [x.request_name for x in plan.pending]
     assert sorted(names) == sorted(reqs), "every request placed or pending, exactly once"
-    noncritical_whole = 0
+    touched_by: dict[tuple[str, int], set[str]] = defaultdict(set)
     for p in plan.placements:
         r = reqs[p.request_name]
         assert r.data_ready, f"{r.name} placed without its data"
@@ -97,9 +97,9 @@ def check_plan(plan: Plan, snap: Snapshot) -> None:
             healthy = {g.index for g in node.gpus if g.healthy}
             for i in a.gpu_indices:
                 assert i in healthy, f"{r.name}: GPU {i} of {node.name} unhealthy or absent"
-                if before.get((a.node, i), 0) == 0 and used[(a.node, i)] == 0 and (
-                        r.priority is not PriorityClass.CRITICAL):
-                    noncritical_whole += 1
+                if before.get((a.node, i), 0) == 0:
+                    kind = "critical" if r.priority is PriorityClass.CRITICAL else "other"
+                    touched_by[(a.node, i)].add(kind)
                 used[(a.node, i)] += a.gpu_milli
             cpu[a.node] += a.cpu_milli
             mem[a.node] += a.memory_mib
@@ -116,6 +116,9 @@ def check_plan(plan: Plan, snap: Snapshot) -> None:
     for name, node in nodes.items():
         assert cpu[name] <= node.cpu_milli and mem[name] <= node.memory_mib, name
     if snap.policy.critical_headroom_gpus:
+        # A GPU whole at the start counts against the headroom when non-critical work
+        # uses it and critical work does not (critical work may take the headroom).
+        noncritical_whole = sum(1 for kinds in touched_by.values() if kinds == {"other"})
         whole0 = sum(1 for n in snap.nodes if n.schedulable for g in n.gpus
                      if g.healthy and before.get((n.name, g.index), 0) == 0)
         assert noncritical_whole <= max(whole0 - snap.policy.critical_headroom_gpus, 0)

@@ -92,6 +92,23 @@ class _Groups:
     mem: np.ndarray
 
 
+def configured_solver(policy: Policy) -> cp_model.CpSolver:
+    """A solver capped by ``policy`` whose answer does not depend on machine load.
+
+    Wall-clock limits and parallel portfolios make CP-SAT's answer depend on timing, and
+    a plan must be the same for the same snapshot; so the limit is deterministic time
+    (CP-SAT's work units, close to seconds) over interleaved workers, with a wall-clock
+    cap of four times the limit as a guard for a heartbeat on an overloaded machine.
+    """
+    solver = cp_model.CpSolver()
+    solver.parameters.max_deterministic_time = policy.solver_time_limit_s
+    solver.parameters.max_time_in_seconds = 4 * policy.solver_time_limit_s
+    solver.parameters.num_workers = max(1, policy.solver_workers)
+    solver.parameters.interleave_search = True
+    solver.parameters.random_seed = policy.solver_seed
+    return solver
+
+
 def node_groups(cycle: Cycle) -> _Groups:
     st = cycle.state
     layout = st.layout
@@ -251,10 +268,7 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
         model.add(sum(headroom_terms) <= max(int(start.budget or 0), 0))
     model.maximize(sum(objective))
     _hint(model, x, y, type_list, bucket_members, greedy, grp, st.layout.row_of)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = policy.solver_time_limit_s
-    solver.parameters.num_workers = max(1, policy.solver_workers)
-    solver.parameters.random_seed = policy.solver_seed
+    solver = configured_solver(policy)
     status = solver.solve(model)
     if status == cp_model.OPTIMAL:
         kind = SolveStatus.OPTIMAL

@@ -7,7 +7,8 @@ free CPU ``C_n`` and RAM ``R_n``; quota left ``Q_h`` per group ``h(r, n)``; the 
 budget ``B`` (whole GPUs non-critical work may take); penalties ``p_{r,n}``.
 
 Variables: ``z_r`` (placed), ``a_{r,n}`` (a part of r on n), ``u_{r,n,j}`` (that part uses GPU
-j), ``t_{n,j}`` (whole-free GPU j of n touched by non-critical work).
+j), ``t_{n,j}`` (whole-free GPU j of n used by non-critical work and by no critical work:
+the GPUs that count against the headroom budget).
 
 .. math::
 
@@ -17,7 +18,8 @@ j), ``t_{n,j}`` (whole-free GPU j of n touched by non-critical work).
     \qquad \sum_r m_r u_{r,n,j} \le F_{n,j}, \quad
     \sum_r c_r a_{r,n} \le C_n, \quad \sum_r q_r a_{r,n} \le R_n
     \qquad \sum_{(r,n): h(r,n) = h} g_r m_r a_{r,n} \le Q_h, \quad
-    t_{n,j} \ge u_{r,n,j}\ (r \text{ non-critical}, F_{n,j} = 1000), \quad \sum t \le B
+    t_{n,j} \ge u_{r,n,j} - \sum_{r' \text{ critical}} u_{r',n,j}
+    \ (r \text{ non-critical}, F_{n,j} = 1000), \quad \sum t \le B
 
 This is the same problem greedy and the class model solve, written without aggregation,
 so an OPTIMAL status here is the true optimum (what the brute-force oracle test checks).
@@ -30,7 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 from ortools.sat.python import cp_model
 
-from gpu_pool.engine.cpsat import SolverResult
+from gpu_pool.engine.cpsat import SolverResult, configured_solver
 from gpu_pool.engine.greedy import Choice, Cycle, candidate_rows
 from gpu_pool.engine.objective import RequestView, part_value
 from gpu_pool.engine.types import Placement, SolveStatus
@@ -69,7 +71,8 @@ def solve_exact(start: Cycle, ordered: Sequence[Request], weights: dict[str, int
     per_cpu: dict[int, list] = {}
     per_mem: dict[int, list] = {}
     per_quota: dict[int, list] = {}
-    touched: dict[tuple[int, int], cp_model.IntVar] = {}
+    by_critical: dict[tuple[int, int], list] = {}
+    noncritical_uses: dict[tuple[int, int], list] = {}
     objective = []
     for r in ordered:
         view, g, w = views[r.name], groups[r.name], weights[r.name]
@@ -92,10 +95,11 @@ def solve_exact(start: Cycle, ordered: Sequence[Request], weights: dict[str, int
                 u[(r.name, n, j)] = uv
                 gpu_vars.append(uv)
                 per_gpu.setdefault((n, j), []).append(uv * r.gpu_milli)
-                whole = st.gpu_free[n, j] == MILLI_PER_GPU and st.up[n]
-                if start.headroom and whole and r.priority is not PriorityClass.CRITICAL:
-                    tv = touched.setdefault((n, j), model.new_bool_var(f"t_{n}_{j}"))
-                    model.add_implication(uv, tv)
+                if start.headroom and st.gpu_free[n, j] == MILLI_PER_GPU and st.up[n]:
+                    by_critical[(n, j)] = by_critical.get((n, j), []) + (
+                        [uv] if r.priority is PriorityClass.CRITICAL else [])
+                    if r.priority is not PriorityClass.CRITICAL:
+                        noncritical_uses.setdefault((n, j), []).append(uv)
             model.add(sum(gpu_vars) == r.gpus * var)
         parts = [a[(r.name, int(n))] for n in cand[r.name]]
         model.add(sum(parts) == r.nodes * z[r.name])
@@ -107,14 +111,19 @@ def solve_exact(start: Cycle, ordered: Sequence[Request], weights: dict[str, int
         model.add(sum(terms) <= int(st.mem_free[n]))
     for q, terms in per_quota.items():
         model.add(sum(terms) <= int(start.remaining[q]))
+    # Headroom: t_{n,j} >= u (non-critical) - c_{n,j}, c_{n,j} = some critical part uses j.
+    touched = []
+    for (n, j), uses in noncritical_uses.items():
+        tv = model.new_bool_var(f"t_{n}_{j}")
+        crit = by_critical.get((n, j), [])
+        for uv in uses:
+            model.add(tv >= uv - sum(crit)) if crit else model.add_implication(uv, tv)
+        touched.append(tv)
     if touched:
-        model.add(sum(touched.values()) <= max(int(start.budget or 0), 0))
+        model.add(sum(touched) <= max(int(start.budget or 0), 0))
     model.maximize(sum(objective))
     _hint(model, z, a, u, greedy, st)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = policy.solver_time_limit_s
-    solver.parameters.num_workers = max(1, policy.solver_workers)
-    solver.parameters.random_seed = policy.solver_seed
+    solver = configured_solver(policy)
     status = solver.solve(model)
     detail = f"exact: {len(a)} node and {len(u)} GPU variables"
     if status == cp_model.OPTIMAL:

@@ -27,7 +27,7 @@ over-allocates a GPU, CPU or RAM.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from gpu_pool.model import MILLI_PER_GPU, PriorityClass, Request
 
 # Scores rank penalty first: FGD deltas stay far below one penalty unit times this.
 _PENALTY_RANK = 1e8
-FGD_CELLS = 60_000
+FGD_WORK = 20_000_000
 
 
 @dataclass
@@ -57,6 +57,8 @@ class Cycle:
     headroom: int
     mix: WorkloadMix | None
     budget: int | None = None
+    decisions: int = 1  # requests this cycle will place: sizes the FGD budget
+    _frag: FleetFragmentation | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.budget is None:
@@ -64,19 +66,23 @@ class Cycle:
 
     def clone(self) -> Cycle:
         return Cycle(self.state.copy(), self.remaining.copy(), self.headroom, self.mix,
-                     self.budget)
+                     self.budget, self.decisions)
 
     def fragmentation(self, candidates: int) -> FleetFragmentation | None:
         """The FGD measure, when worth its cost for ``candidates`` rows (else best-fit).
 
-        FGD costs O(rows x shapes) per decision; past :data:`FGD_CELLS` a heartbeat cannot
-        afford it, so very large fleets fall back to best-fit (the simulator's 1,213 nodes
-        x 35 shapes stay well within).
+        FGD costs O(rows x shapes) per decision. A cycle whose decisions would cost more
+        than :data:`FGD_WORK` cells in all cannot afford it within a heartbeat and falls
+        back to best-fit: the simulator (1,213 nodes x 35 shapes, 1 to 50 decisions) always
+        gets FGD, a 5,000-request cycle over 2,000 nodes does not.
         """
-        if self.mix is None or not len(self.mix) or candidates * len(self.mix) > FGD_CELLS:
+        if self.mix is None or not len(self.mix):
             return None
-        return self.state.fragmentation(self.mix)
-
+        if candidates * len(self.mix) * self.decisions > FGD_WORK:
+            return None
+        if self._frag is None:
+            self._frag = self.state.fragmentation(self.mix)
+        return self._frag
     def commit(self, request: Request, choice: Choice) -> Placement:
         st = self.state
         parts = []

@@ -32,11 +32,18 @@ from gpu_pool.engine import cpsat, exact
 from gpu_pool.engine.capacity import FleetState
 from gpu_pool.engine.compat import never_fits
 from gpu_pool.engine.fragmentation import TaskShape, WorkloadMix
-from gpu_pool.engine.greedy import FGD_CELLS, Cycle, greedy_order, run_greedy
-from gpu_pool.engine.objective import RequestView, aged_weight, build_view
+from gpu_pool.engine.greedy import FGD_WORK, Cycle, greedy_order, run_greedy
+from gpu_pool.engine.objective import RequestView, aged_weight, build_view, view_key
 from gpu_pool.engine.quota import QuotaBook
 from gpu_pool.engine.reasons import ReasonInputs, pending_reason
-from gpu_pool.engine.types import Placement, Plan, Snapshot, SolveStats, SolveStatus
+from gpu_pool.engine.types import (
+    PendingReason,
+    Placement,
+    Plan,
+    Snapshot,
+    SolveStats,
+    SolveStatus,
+)
 from gpu_pool.model import Allocation, Policy, PriorityClass, Quota, Request
 
 MixSpec = tuple[tuple[tuple[int, int], float], ...]
@@ -100,10 +107,10 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
     eligible = [r for r in requests if never[r.name] is None and r.data_ready]
     # 3. the start cycle
     mix = mix_of(requests, workload_mix)
-    if len(mix) and len(mix) * state.size <= FGD_CELLS:
+    if len(mix) and len(mix) * state.size * max(len(eligible), 1) <= FGD_WORK:
         state.fragmentation(mix)  # warm the caller's cache: later copies rebind, not rebuild
     start = Cycle(state.copy(), book.remaining(), policy.critical_headroom_gpus,
-                  mix if len(mix) else None)
+                  mix if len(mix) else None, decisions=max(len(eligible), 1))
     # 4. greedy
     ordered = greedy_order(eligible, weights)
     work = start.clone()
@@ -136,9 +143,21 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
     # 7. reasons
     placed = {p.request_name for p in placements}
     inputs = ReasonInputs(start, final, book, policy)
-    pending = tuple(
-        pending_reason(r, weights[r.name], views[r.name], groups[r.name], inputs, never[r.name])
-        for r in requests if r.name not in placed)
+    # Requests of one type get the same reason (the sentence names no request): decide once.
+    decided: dict[tuple, PendingReason] = {}
+    pending_list = []
+    for r in requests:
+        if r.name in placed:
+            continue
+        key = (view_key(r), r.priority is PriorityClass.CRITICAL, id(groups[r.name]),
+               never[r.name], None if r.data_ready else (r.dataset and r.dataset.uri))
+        reason = decided.get(key)
+        if reason is None:
+            reason = pending_reason(r, weights[r.name], views[r.name], groups[r.name], inputs,
+                                    never[r.name])
+            decided[key] = reason
+        pending_list.append(PendingReason(r.name, reason.code, reason.message))
+    pending = tuple(pending_list)
     by_name = {p.request_name: p for p in placements}
     ordered_placements: tuple[Placement, ...] = tuple(
         by_name[r.name] for r in requests if r.name in by_name)
