@@ -61,6 +61,9 @@ def test_two_processes_race_and_exactly_one_wins(pg_store_url: str, now: datetim
         dropped = {k: v for _, _, _, d in sides for k, v in d.items()}
         assert len(placed) == 1, (round_no, sides)
         assert len(dropped) == 1 and set(dropped) != set(placed), (round_no, sides)
+        # the loser read the winner's hold (pre-check) or hit the database guard
+        (why,) = dropped.values()
+        assert why.startswith(("GPU race-", "lost a race: another writer took its GPUs first")), why
 
     with store.engine.connect() as conn:
         over = conn.execute(text(

@@ -19,6 +19,8 @@ Invariants
   guard (the ``gpus.allocated_milli`` CHECK and triggers, the unique index on whole GPUs)
   forbids double allocation even without that lock.
 * GPU rows are written in (node, index) order so concurrent writers never deadlock.
+* Data readiness is not re-checked here: the executor's cycle decides it from Airflow asset
+  events in the snapshot it plans on, which the stored flag may lag behind.
 """
 
 from __future__ import annotations
@@ -98,7 +100,8 @@ def apply_plan(write: WriteTx, plan: Plan, now: datetime, actor: str, policy: Po
         except Dropped as stale:
             result.dropped[name] = stale.reason
         except ConflictError as error:  # the database's own guard caught an overlap
-            result.dropped[name] = f"lost a race for its GPUs ({error})"
+            detail = getattr(error, "detail", str(error))
+            result.dropped[name] = f"lost a race: another writer took its GPUs first ({detail})"
     if plan.pending:
         with write() as conn:
             set_reasons(conn, [(r.request_name, str(r.code), r.message) for r in plan.pending], now)

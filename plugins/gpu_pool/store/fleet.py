@@ -27,6 +27,7 @@ from sqlalchemy import Connection, text
 from gpu_pool.errors import NotFoundError, SpecError
 from gpu_pool.model import Gpu, Node, NodeState, Team
 from gpu_pool.store import events
+from gpu_pool.store.checks import check_node, check_reading
 from gpu_pool.store.codec import (
     db_time,
     gpu_from_row,
@@ -82,6 +83,7 @@ def import_nodes(conn: Connection, nodes: Sequence[Node], actor: str, replace: b
                  now: datetime) -> None:
     seen: set[str] = set()
     for node in nodes:
+        check_node(node)
         if node.name in seen:
             raise SpecError("name", node.name, "a node name given once per import")
         seen.add(node.name)
@@ -185,12 +187,10 @@ def record_gpu_readings(conn: Connection, node: str, readings: Iterable[Any], at
     count = 0
     for reading in readings:
         idx = _field(reading, "index")
-        if idx not in current:
-            raise SpecError("index", idx, f"a GPU index of node {node!r}: "
-                            f"{', '.join(map(str, sorted(current))) or 'it has no GPUs'}")
-        healthy = bool(_field(reading, "healthy", True))
         util = _field(reading, "utilization_pct")
         used = _field(reading, "memory_used_mib")
+        check_reading(node, idx, util, used, current)
+        healthy = bool(_field(reading, "healthy", True))
         params = {"node": node, "idx": idx, "util": util, "used": used, "healthy": healthy,
                   "at": db_time(at), "id": new_id()}
         conn.execute(text("UPDATE gpus SET utilization_pct = :util, memory_used_mib = :used, "

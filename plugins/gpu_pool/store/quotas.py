@@ -24,6 +24,7 @@ from gpu_pool.errors import SpecError
 from gpu_pool.model import Quota
 from gpu_pool.store import events
 from gpu_pool.store.allocations import active_allocations
+from gpu_pool.store.checks import check_quota
 from gpu_pool.store.codec import new_id, quota_from_row, quota_params
 from gpu_pool.store.fleet import team_names
 
@@ -33,9 +34,7 @@ def set_quota(conn: Connection, quota: Quota, actor: str, now: datetime) -> Quot
     if quota.team not in teams:
         raise SpecError("team", quota.team, "a known team: " + (", ".join(teams) or "none yet "
                         "(create one with `gpu-pool team add`)"))
-    if quota.expires_at <= quota.valid_from:
-        raise SpecError("expires_at", quota.expires_at.isoformat(),
-                        f"a time after valid_from ({quota.valid_from.isoformat()})")
+    check_quota(quota)
     existing = None
     if quota.id is not None:
         existing = conn.execute(text("SELECT * FROM quotas WHERE id = :id"),

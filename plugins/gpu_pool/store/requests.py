@@ -30,6 +30,7 @@ from gpu_pool.errors import NotFoundError, SpecError
 from gpu_pool.model import LedgerEntry, Node, Outcome, Policy, Request, RequestState
 from gpu_pool.store import events
 from gpu_pool.store.allocations import active_allocations_of_request, end_allocation
+from gpu_pool.store.checks import check_request
 from gpu_pool.store.codec import db_time, new_id, request_from_row, request_params
 from gpu_pool.store.fleet import list_nodes, team_names
 from gpu_pool.store.ledger import price_of
@@ -77,6 +78,7 @@ def check_fits(request: Request, nodes: Sequence[Node], policy: Policy | None) -
 
 def submit_request(conn: Connection, request: Request, actor: str, now: datetime,
                    external: Mapping[str, Any], policy: Policy | None) -> Request:
+    check_request(request)
     teams = team_names(conn)
     if request.team not in teams:
         raise SpecError("team", request.team, "a known team: " + (", ".join(teams) or "none yet "

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
-from gpu_pool.errors import ConflictError, StoreError
+from gpu_pool.errors import ConflictError, SpecError, StoreError
 from gpu_pool.model import (
     Allocation,
     LedgerEntry,
@@ -47,6 +47,7 @@ from gpu_pool.model import (
     Team,
 )
 from gpu_pool.store import allocations, apply, events, fleet, ledger, migrate, quotas, requests
+from gpu_pool.store.checks import enum_value
 from gpu_pool.store.connection import WRITE_OPTION, display_url, make_engine
 
 if TYPE_CHECKING:  # the engine (OR-Tools, numpy) costs seconds to import; types only
@@ -74,7 +75,11 @@ class Store:
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Store:
         """Connect (checking the server answers); the schema is checked on first use."""
-        engine = make_engine(url)
+        try:
+            engine = make_engine(url)
+        except OSError as error:  # the SQLite file's folder cannot be created
+            raise StoreError(f"store at {display_url(url)}: cannot create its folder "
+                             f"({error.strerror or error})") from None
         store = cls(engine, url, **kwargs)
         try:
             with engine.connect() as conn:
@@ -90,6 +95,12 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     # -- transactions -------------------------------------------------------------------
 
@@ -111,12 +122,12 @@ class Store:
                 with conn.begin():
                     yield conn
         except IntegrityError as error:
-            raise ConflictError(f"store at {display_url(self.url)}: refused a write that would "
-                                f"break an invariant ({_first_line(error)})") from None
+            raise _conflict(f"store at {display_url(self.url)}: refused a write that would "
+                            "break an invariant", error) from None
         except DBAPIError as error:
             if _pgcode(error) in _LOST_RACE_CODES:
-                raise ConflictError(f"store at {display_url(self.url)}: lost a race with "
-                                    f"another writer ({_first_line(error)})") from None
+                raise _conflict(f"store at {display_url(self.url)}: lost a race with another "
+                                "writer", error) from None
             if error.connection_invalidated or _is_connection_error(error):
                 raise self._unreachable(error) from None
             raise StoreError(f"store at {display_url(self.url)}: {_first_line(error)}") from None
@@ -171,9 +182,9 @@ class Store:
     def set_node_state(self, name: str, state: NodeState, actor: str,
                        reason: str | None = None) -> bool:
         """Drain, undrain or down a node; False when it was already in ``state``."""
+        state = enum_value(state, NodeState, "state")
         with self._write() as conn:
-            return fleet.change_node_state(conn, name, NodeState(state), actor, reason,
-                                           self.clock())
+            return fleet.change_node_state(conn, name, state, actor, reason, self.clock())
 
     def record_gpu_readings(self, node: str, readings: Iterable[Any], at: datetime,
                             actor: str = "probe") -> int:
@@ -248,8 +259,9 @@ class Store:
                         policy: Policy | None = None,
                         metrics: Mapping[str, float] | None = None) -> list[LedgerEntry]:
         """End a request and its allocations; idempotent (a second call returns [])."""
+        outcome = enum_value(outcome, Outcome, "outcome")
         with self._write() as conn:
-            return requests.release_request(conn, name, Outcome(outcome), actor, reason,
+            return requests.release_request(conn, name, outcome, actor, reason,
                                             now or self.clock(), policy or Policy(), metrics)
 
     # -- placement ----------------------------------------------------------------------
@@ -291,8 +303,17 @@ class Store:
 
     def events(self, since: datetime | None = None, subject: str | None = None,
                limit: int | None = None) -> list[events.Event]:
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise SpecError("limit", limit, "a whole number of events, 1 or more")
         with self._read() as conn:
             return events.read(conn, since, subject, limit)
+
+
+def _conflict(message: str, error: BaseException) -> ConflictError:
+    """A ConflictError whose ``detail`` is the database's own one-line reason."""
+    conflict = ConflictError(f"{message} ({_first_line(error)})")
+    conflict.detail = _first_line(error)
+    return conflict
 
 
 def _first_line(error: BaseException) -> str:
