@@ -37,6 +37,7 @@ Invariants
 from __future__ import annotations
 
 import enum
+import math
 import re
 import secrets
 import shlex
@@ -215,10 +216,14 @@ def build_start_command(command: str, job: RemoteJob, env: Mapping[str, str], *,
     watchdog = ""
     if time_limit_s is not None:
         kill = _kill_script(job, kill_grace_s, "time_limit")
+        # Until the job has exited: once past the deadline, kill every second. The kill is
+        # idempotent, and retrying covers a leader that had not yet written its pid.
         watchdog = (
-            f"deadline=$(( $(date +%s) + {int(round(time_limit_s))} ))\n"
-            f"( while [ ! -e {d}/exit ] && [ \"$(date +%s)\" -lt \"$deadline\" ]; do sleep 1; done\n"
-            f"  [ -e {d}/exit ] || bash -c {shlex.quote(kill)} ) </dev/null >/dev/null 2>&1 &\n"
+            f"deadline=$(( $(date +%s) + {int(math.ceil(time_limit_s))} ))\n"
+            f"( while [ ! -e {d}/exit ]; do\n"
+            f"    if [ \"$(date +%s)\" -ge \"$deadline\" ]; then bash -c {shlex.quote(kill)}; fi\n"
+            f"    sleep 1\n"
+            f"  done ) </dev/null >/dev/null 2>&1 &\n"
         )
     monitor = (
         f"printf '%s' \"$$\" > {d}/monitor.pid\n"
