@@ -98,11 +98,11 @@ def configured_solver(policy: Policy) -> cp_model.CpSolver:
     Wall-clock limits and parallel portfolios make CP-SAT's answer depend on timing, and
     a plan must be the same for the same snapshot; so the limit is deterministic time
     (CP-SAT's work units, close to seconds) over interleaved workers, with a wall-clock
-    cap of four times the limit as a guard for a heartbeat on an overloaded machine.
+    cap of ten times the limit as a guard for a heartbeat on an overloaded machine.
     """
     solver = cp_model.CpSolver()
     solver.parameters.max_deterministic_time = policy.solver_time_limit_s
-    solver.parameters.max_time_in_seconds = 4 * policy.solver_time_limit_s
+    solver.parameters.max_time_in_seconds = 10 * policy.solver_time_limit_s
     solver.parameters.num_workers = max(1, policy.solver_workers)
     solver.parameters.interleave_search = True
     solver.parameters.random_seed = policy.solver_seed

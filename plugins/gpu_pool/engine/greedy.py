@@ -59,6 +59,7 @@ class Cycle:
     budget: int | None = None
     decisions: int = 1  # requests this cycle will place: sizes the FGD budget
     _frag: FleetFragmentation | None = field(default=None, repr=False)
+    _blocks: tuple[int, int] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.budget is None:
@@ -83,6 +84,19 @@ class Cycle:
         if self._frag is None:
             self._frag = self.state.fragmentation(self.mix)
         return self._frag
+    def max_block(self, request: Request) -> int:
+        """An upper bound on the GPUs one part of ``request`` could get on any up node now
+        (0 when it cannot get its share anywhere): rejects hopeless requests in O(1)."""
+        if self._blocks is None:
+            up = self.state.up
+            whole = int(self.state.whole_free[up].max(initial=0))
+            share = int(self.state.gpu_free[up].max(initial=0))
+            self._blocks = (whole, share)
+        whole, share = self._blocks
+        if request.is_share:
+            return 1 if share >= request.gpu_milli else 0
+        return whole if request.gpus else 0
+
     def commit(self, request: Request, choice: Choice) -> Placement:
         st = self.state
         parts = []
@@ -95,6 +109,7 @@ class Cycle:
                 gpu_milli=request.gpu_milli if request.gpus else 0,
                 cpu_milli=request.cpu_milli, memory_mib=request.memory_mib))
         st.apply(parts)
+        self._blocks = None
         if request.priority is not PriorityClass.CRITICAL:
             assert self.budget is not None
             self.budget -= whole_before - int(st.whole_free[rows][st.up[rows]].sum())
@@ -170,11 +185,34 @@ def node_cost(cycle: Cycle, request: Request, rows: np.ndarray,
 
 def fit(cycle: Cycle, request: Request, weight: int, view: RequestView, groups: np.ndarray,
         rows: np.ndarray | None = None) -> Choice | None:
-    """The greedy choice for ``request`` in ``cycle``, or None if it does not fit now."""
-    st = cycle.state
-    cand = candidate_rows(cycle, request, view, groups, rows)
-    if len(cand) < request.nodes:
+    """The greedy choice for ``request`` in ``cycle``, or None if it does not fit now.
+
+    Searches the view's penalty levels lowest first and stops at the first level (with
+    those below it) that yields a choice: the same answer as scoring every row, since the
+    penalty ranks first in the score, at a fraction of the cost on large fleets.
+    """
+    if request.gpus > cycle.max_block(request):
         return None
+    levels = view.levels if rows is None else (rows,)
+    found: list[np.ndarray] = []
+    count = 0
+    for level in levels:
+        cand = candidate_rows(cycle, request, view, groups, level)
+        if not len(cand):
+            continue
+        found.append(cand)
+        count += len(cand)
+        if count >= request.nodes:
+            choice = _choose(cycle, request, weight, view, groups,
+                             found[0] if len(found) == 1 else np.concatenate(found))
+            if choice is not None:
+                return choice
+    return None
+
+
+def _choose(cycle: Cycle, request: Request, weight: int, view: RequestView,
+            groups: np.ndarray, cand: np.ndarray) -> Choice | None:
+    st = cycle.state
     share_cols = _tightest_cols(st, cand, request.gpu_milli) if request.is_share else None
     if cycle.headroom and request.priority is not PriorityClass.CRITICAL and request.gpus:
         budget = cycle.budget or 0

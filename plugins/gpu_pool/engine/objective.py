@@ -94,6 +94,9 @@ class RequestView:
     transfer: np.ndarray
     cross_zone: np.ndarray
     signature: int  # equal for views with equal masks and penalties (request classes)
+    # Rows allowed (compatible, move allowed) split by penalty, lowest first, each sorted:
+    # the best row is always in the first level that has a fitting row.
+    levels: tuple[np.ndarray, ...]
 
 
 def build_view(request: Request, layout: FleetLayout, policy: Policy) -> RequestView:
@@ -148,7 +151,9 @@ def _build_view(request: Request, layout: FleetLayout, policy: Policy) -> Reques
     zone_pen = ZONE_BASE + np.rint(ZONE_SPAN * np.minimum(transfer / t_max, 1.0))
     penalty += np.where(cross, zone_pen, 0).astype(np.int64)
     signature = hash((compatible.tobytes(), zone_ok.tobytes(), penalty.tobytes()))
-    return RequestView(compatible, zone_ok, penalty, transfer, cross, signature)
+    rows = np.flatnonzero(compatible & zone_ok)
+    levels = tuple(rows[penalty[rows] == p] for p in np.unique(penalty[rows]))
+    return RequestView(compatible, zone_ok, penalty, transfer, cross, signature, levels)
 
 
 def part_value(weight: int, request: Request, penalty: int) -> int:
