@@ -62,7 +62,7 @@ def test_placement_writes_allocation_request_state_and_events(store: Store, now:
 def test_stale_placements_are_dropped_with_reasons(store: Store, now: datetime) -> None:
     seed(store, nodes=[make_node("n1", 4, cpu_milli=8000, memory_mib=4096),
                        make_node("n2", 2, "T4"), make_node("n3", 2)])
-    for name in ("taken", "a", "b", "c", "d", "e", "f", "g"):
+    for name in ("taken", *"abcdefghij"):
         submit(store, name, now)
     place(store, "taken", "n1", [0], now)
     store.set_node_state("n2", NodeState.DRAINING, "ops", "maintenance")
@@ -77,6 +77,9 @@ def test_stale_placements_are_dropped_with_reasons(store: Store, now: datetime) 
         ("ghost", [part("n1", [3])]),  # unknown request
         ("f", [part("n9", [0])]),  # unknown node
         ("g", [part("n1", [7])]),  # no such GPU
+        ("h", [part("n1", [1, 2])]),  # two GPUs for a one-GPU request
+        ("i", [part("n1", [1], 500)]),  # a share for a whole-GPU request
+        ("j", [part("n1", [1]), part("n3", [0])]),  # two nodes for a one-node request
     ), now, "sched")
     assert result.placed == []
     assert result.dropped == {
@@ -89,9 +92,12 @@ def test_stale_placements_are_dropped_with_reasons(store: Store, now: datetime) 
         "ghost": "no such request in the store",
         "f": "node 'n9' is not in the store",
         "g": "node n1 has no GPU 7",
+        "h": "the plan gives 2 GPU(s) on n1; the request needs 1",
+        "i": "the plan gives 500 milli per GPU; the request needs 1000",
+        "j": "the plan gives 2 node(s); the request needs 1 distinct nodes",
     }
     assert [a.request_name for a in store.active_allocations()] == ["taken"]
-    assert {r.name for r in store.pending_requests()} == set("abcdefg")
+    assert {r.name for r in store.pending_requests()} == set("abcdefghij")
 
 
 def test_one_drop_does_not_undo_the_other_placements(store: Store, now: datetime) -> None:

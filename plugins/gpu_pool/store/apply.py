@@ -4,7 +4,8 @@ Terms
 -----
 guarded write
     Every write re-checks, inside its transaction, what the plan assumed: the request is
-    still pending, its nodes are still up, each GPU still has room, CPU and RAM are still
+    still pending and the placement has its shape (nodes, GPUs per node, share), its nodes
+    are still up, each GPU still has room, CPU and RAM are still
     free. A check that fails drops that placement (with the reason) instead of raising.
 drop
     A placement that lost a race or went stale. It changes nothing; the request stays
@@ -29,7 +30,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, text
 
@@ -116,6 +117,7 @@ def place(conn: Connection, placement: Placement, now: datetime, actor: str) -> 
         raise Dropped("no such request in the store")
     if req["state"] != RequestState.PENDING:
         raise Dropped(f"the request is {req['state']}, no longer pending")
+    _check_shape(req, placement)
     ends_by = now + timedelta(seconds=float(req["time_limit_s"])) if req["time_limit_s"] is not None else None
     made = []
     for part in sorted(placement.assignments, key=lambda a: a.node):
@@ -155,6 +157,21 @@ def place(conn: Connection, placement: Placement, now: datetime, actor: str) -> 
                         {"nodes": [a.node for a in made]}):
         raise Dropped("the request changed while it was being placed")
     return made
+
+
+def _check_shape(req: Any, placement: Placement) -> None:
+    """A plan must place the request as submitted: its nodes, GPUs per node and share."""
+    parts = placement.assignments
+    if len(parts) != req["nodes"] or len({p.node for p in parts}) != len(parts):
+        raise Dropped(f"the plan gives {len(parts)} node(s); the request needs {req['nodes']} "
+                      "distinct nodes")
+    for p in parts:
+        if len(set(p.gpu_indices)) != req["gpus"] or len(p.gpu_indices) != req["gpus"]:
+            raise Dropped(f"the plan gives {len(p.gpu_indices)} GPU(s) on {p.node}; the request "
+                          f"needs {req['gpus']}")
+        if req["gpus"] and p.gpu_milli != req["gpu_milli"]:
+            raise Dropped(f"the plan gives {p.gpu_milli} milli per GPU; the request needs "
+                          f"{req['gpu_milli']}")
 
 
 def preempt(conn: Connection, preemption: Preemption, now: datetime, actor: str,
