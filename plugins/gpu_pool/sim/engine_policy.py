@@ -11,8 +11,9 @@ Mapping
 * The engine keeps its own :class:`~gpu_pool.engine.FleetState` across cycles, as the live
   executor keeps the store; the simulator's fleet referees every placement independently.
 
-The engine sees the same workload mix as the ``fgd`` baseline (:func:`~gpu_pool.sim.packing.
-typical_mix`), passed as ``workload_mix``.
+The engine is given :func:`~gpu_pool.sim.packing.engine_mix` as ``workload_mix``: every task
+shape of the trace with its memory, where the ``fgd`` baseline keeps the paper's measure
+(CPU and GPU only).
 """
 
 from __future__ import annotations

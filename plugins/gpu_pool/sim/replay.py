@@ -54,7 +54,7 @@ from gpu_pool.model import Policy, PriorityClass
 from gpu_pool.sim.baselines import BestFitPlacer, FirstFitPlacer
 from gpu_pool.sim.engine_policy import SIM_EPOCH, domain_node, domain_request
 from gpu_pool.sim.fleet import SimFleet
-from gpu_pool.sim.packing import typical_mix
+from gpu_pool.sim.packing import engine_mix, typical_mix
 from gpu_pool.sim.trace import Trace, TraceTask
 
 QOS_PRIORITY = {
@@ -149,6 +149,7 @@ class _Runner:
         self.mix = typical_mix(trace.tasks)
         self.frag = FleetFragmentation(self.fleet.free_milli, self.fleet.free_cpu,
                                        self.fleet.free_memory, self.fleet.models, self.mix)
+        self.engine_mix = engine_mix(trace.tasks)
         self.engine_policy = Policy()
         self.nodes = tuple(domain_node(n, self.engine_policy) for n in trace.nodes)
         self.state = FleetState.from_nodes(self.nodes) if policy == "engine" else None
@@ -206,7 +207,7 @@ class _Runner:
                                    SIM_EPOCH + timedelta(seconds=j.arrival)) for j in head]
         assert self.state is not None
         plan = plan_on_state(self.state, requests, policy=self.engine_policy, now=when,
-                             workload_mix=self.mix)
+                             workload_mix=self.engine_mix)
         by_name = {f"j{j.index}": j for j in head}
         for p in plan.placements:
             (part,) = p.assignments

@@ -18,7 +18,7 @@ import numpy as np
 from gpu_pool.errors import SpecError
 from gpu_pool.sim.baselines import BASELINES, make_baseline
 from gpu_pool.sim.engine_policy import engine_factory
-from gpu_pool.sim.packing import PackingRun, run_packing, typical_mix
+from gpu_pool.sim.packing import PackingRun, engine_mix, run_packing, typical_mix
 from gpu_pool.sim.trace import Trace
 
 POLICIES: tuple[str, ...] = ("engine", *BASELINES)
@@ -60,7 +60,7 @@ def run_policy(trace: Trace, policy: str, seeds: Sequence[int], *, batch: int = 
         raise SpecError("batch", batch, "an integer >= 1")
     mix = typical_mix(trace.tasks)
     if policy == "engine":
-        factory = engine_factory(mix)
+        factory = engine_factory(engine_mix(trace.tasks))
         return [run_packing(trace, factory, s, batch=batch) for s in seeds]
     return [run_packing(trace, lambda f, rng: make_baseline(policy, f, rng, mix, exact), s)
             for s in seeds]
