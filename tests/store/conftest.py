@@ -97,13 +97,6 @@ def store_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:  # noq
         yield url
 
 
-@pytest.fixture
-def pg_store_url(pg_database: str) -> Iterator[str]:
-    """An empty PostgreSQL schema, for tests that are about PostgreSQL alone (the race)."""
-    with _fresh_pg_schema(pg_database) as url:
-        yield url
-
-
 class Clock:
     """A clock tests move by hand."""
 

@@ -1,10 +1,12 @@
-"""Two schedulers race for the same GPUs on PostgreSQL: exactly one wins every round.
+"""Two schedulers race for the same GPUs: exactly one wins every round.
 
 Two OS processes (forked, each with its own engine and connections) apply, at the same
 moment, plans that place different requests on the same GPUs — whole GPUs or shares, with
 the advisory lock (how schedulers run) or without it (proving the database guard alone
 suffices), see :func:`race_worker.round_shape`. Every round has one placement and one drop reported in ``ApplyResult.dropped`` — never an
-exception — and the database never shows a GPU held past 1000 milli.
+exception — and the database never shows a GPU held past 1000 milli. PostgreSQL is the
+case that matters (schedulers in HA); SQLite runs the same race, serialised by its single
+writer (``BEGIN IMMEDIATE`` and the busy timeout).
 """
 
 from __future__ import annotations
@@ -25,8 +27,7 @@ ROUNDS = 24
 
 @pytest.mark.postgres
 @pytest.mark.slow
-def test_two_processes_race_and_exactly_one_wins(pg_store_url: str, now: datetime) -> None:
-    store_url = pg_store_url
+def test_two_processes_race_and_exactly_one_wins(store_url: str, now: datetime) -> None:
     store = Store.from_url(store_url)
     store.migrate()
     store.upsert_team(Team("nlp"), "test")
