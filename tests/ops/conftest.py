@@ -28,8 +28,11 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
+    import logging
+
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

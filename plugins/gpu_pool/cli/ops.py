@@ -145,12 +145,10 @@ def reclaim_run(args: argparse.Namespace) -> int:
              empty=f"nothing to reclaim ({len(plan.kept)} holds alive)")
         return 0
     channels = None
-    try:
+    if args.liveness == "airflow-db":  # Airflow is configured here: notify through it too
         from gpu_pool.ops.airflow_adapters import team_channels
 
         channels = team_channels(config)
-    except Exception:  # no Airflow here: act and record, notify nobody
-        channels = None
     result = runs.run_sweep(store, liveness, channels, config, now, actor=ACTOR)
     emit(args.json, [{"action": r.action, "task": r.request_name, "node": r.node,
                       "gpus": r.gpus, "held_s": r.held_seconds, "why": r.reason}
@@ -166,8 +164,8 @@ def ledger_export(args: argparse.Namespace) -> int:
 
     config, store, now = _config(args), open_store(args), _now()
     done = runs.run_snapshots(store, object_store(config), config, now, days=args.day)
-    emit(args.json, [{"period": d.period, "ledger_rows": d.ledger_rows, "objects": len(d.keys)}
-                     for d in done], ("period", "ledger_rows", "objects"),
+    emit(args.json, [{"period": d.period.isoformat(), "ledger_rows": d.ledger_rows,
+                      "objects": len(d.keys)} for d in done], ("period", "ledger_rows", "objects"),
          empty="nothing to export")
     return 0
 

@@ -142,8 +142,9 @@ def build_report(month: str, ledger: pd.DataFrame, quotas: Sequence[Quota],
     sizing = right_size(led, policy)
     teams["rightsizing_gpu_hours_saved"] = sizing.groupby("team")["gpu_hours_saved"].sum()
     teams["rightsizing_cost_saved"] = sizing.groupby("team")["cost_saved"].sum()
-    teams = teams.fillna({"guaranteed_gpu_hours": 0.0, "quota_used_gpu_hours": 0.0,
-                          "rightsizing_gpu_hours_saved": 0.0, "rightsizing_cost_saved": 0.0})
+    for col in ("guaranteed_gpu_hours", "quota_used_gpu_hours", "rightsizing_gpu_hours_saved",
+                "rightsizing_cost_saved"):
+        teams[col] = pd.to_numeric(teams[col], errors="coerce").astype(float).fillna(0.0)
     top = (led.groupby(["team", "request_name"], as_index=False)[["gpu_hours", "cost"]].sum()
            .sort_values(["team", "gpu_hours", "request_name"], ascending=[True, False, True])
            .groupby("team").head(top_n).reset_index(drop=True))
