@@ -66,7 +66,15 @@ def check_plan(plan: Plan, snap: Snapshot) -> None:
     used: dict[tuple[str, int], int] = defaultdict(int)
     cpu: dict[str, int] = defaultdict(int)
     mem: dict[str, int] = defaultdict(int)
+    gone = {p.allocation_id for p in plan.preemptions}
+    by_id = {a.id: a for a in snap.allocations}
+    for p in plan.preemptions:
+        a = by_id[p.allocation_id]
+        assert a.preemptible and a.priority is not PriorityClass.CRITICAL, "only batch preempted"
+        assert reqs[p.for_request].priority is PriorityClass.CRITICAL
     for a in snap.allocations:
+        if a.id in gone:
+            continue
         for i in a.gpu_indices:
             used[(a.node, i)] += a.gpu_milli
         cpu[a.node] += a.cpu_milli

@@ -2,24 +2,26 @@ r"""CP-SAT over classes of equivalent nodes and requests, disaggregated to concr
 
 Data
 ----
-node class ``k``
-    Up nodes with equal model, GPU memory, zone, bandwidth, free CPU, free RAM and sorted
-    free-milli vector: ``N_k`` nodes, each with ``W_k`` whole-free GPUs, ``M_k`` free GPU
-    milli, ``C_k`` CPU and ``R_k`` RAM free, and a representative row ``rep_k``.
+node group ``k``
+    Up nodes with equal GPU model, GPU memory, zone and bandwidth: every request values
+    them alike (penalty ``p_{t,k}``) and draws on the same quota group ``h(t,k)`` there.
+    Free capacity is summed over the group: ``W_k`` whole-free GPUs, ``M_k`` free GPU
+    milli, ``C_k`` CPU, ``R_k`` RAM, and ``B_{k,s} = sum_n floor(W_n / s)``, the parts of
+    ``s`` whole GPUs the group could hold, for each part size ``s >= 2`` in the queue.
 request type ``t``
-    Eligible requests with equal shape (``g_t`` GPUs of ``m_t`` milli per part, ``K_t``
-    parts, CPU ``c_t``, RAM ``r_t``), equal view (compatibility, data zone, penalties
-    ``p_{t,k}``), equal criticality and equal quota-group-per-model map. A *bucket*
-    ``b = (q, w)`` of a type holds its requests drawing on quota group ``q`` with aged
-    weight ``w``; ``n_b`` of them. ``e_t`` is the effective milli of a part.
+    Eligible requests with equal shape (``K_t`` parts of ``g_t`` GPUs of ``m_t`` milli,
+    CPU ``c_t``, RAM ``r_t`` per part), equal view (compatibility, data zone, penalties),
+    equal criticality and equal quota-group-per-model map. A *bucket* ``b = (q, w)`` of a
+    type holds its ``n_b`` requests drawing on quota group ``q`` with aged weight ``w``;
+    ``e_t`` is the effective milli of a part.
 fit ``f_{t,k}``
-    Parts of ``t`` one node of ``k`` could hold alone: ``min(W_k // g_t, C_k // c_t,
-    R_k // r_t)`` for whole GPUs (shares: ``sum_j floor(free_j / m_t)`` over the node's
-    GPUs; a gang part: at most 1). Pairs with ``f_{t,k} = 0`` get no variable (pruning).
+    ``sum over the group's nodes of the parts of t each could hold alone`` (its free
+    whole GPUs, shares, CPU and RAM; a gang part at most one per node). Pairs with
+    ``f_{t,k} = 0`` get no variable: that is the candidate pruning, and it loses nothing.
 
 Variables
 ---------
-``x_{t,k}`` in ``[0, min(N_k f_{t,k}, K_t sum_b n_b)]``: parts of type ``t`` on class ``k``.
+``x_{t,k}`` in ``[0, min(f_{t,k}, K_t sum_b n_b)]``: parts of type ``t`` on group ``k``.
 ``y_{t,b}`` in ``[0, n_b]``: requests of bucket ``b`` of type ``t`` placed.
 
 Model
@@ -28,23 +30,24 @@ Model
 
     \max \; \sum_{t,b} y_{t,b} K_t e_t 1000 w_b - \sum_{t,k} x_{t,k} e_t p_{t,k}
 
-    \text{s.t.}\quad \sum_k x_{t,k} = K_t \sum_b y_{t,b}                     \quad\forall t
-    \qquad x_{t,k} \le N_k \sum_b y_{t,b}              \quad\forall t \text{ gang}, k
-    \qquad \sum_{t \text{ whole}} g_t x_{t,k} \le N_k W_k,\;
-           \sum_t g_t m_t x_{t,k} \le N_k M_k,\;
-           \sum_t c_t x_{t,k} \le N_k C_k,\;
-           \sum_t r_t x_{t,k} \le N_k R_k                               \quad\forall k
-    \qquad \sum_{t \text{ whole}: 2 g_t > W_k} x_{t,k} \le N_k               \quad\forall k
+    \text{s.t.}\quad \sum_k x_{t,k} = K_t \sum_b y_{t,b}                 \quad\forall t
+    \qquad x_{t,k} \le f_{t,k} \sum_b y_{t,b}            \quad\forall t \text{ gang}, k
+    \qquad \sum_{t \text{ whole}} g_t x_{t,k} \le W_k,\;
+           \sum_t g_t m_t x_{t,k} \le M_k,\;
+           \sum_t c_t x_{t,k} \le C_k,\;
+           \sum_t r_t x_{t,k} \le R_k                           \quad\forall k
+    \qquad \sum_{t \text{ whole}: g_t \ge s} x_{t,k} \le B_{k,s}     \quad\forall k, s
     \qquad \sum_{(t,b): q_b = q} y_{t,b} K_t g_t m_t
-           + \sum_{t \text{ per-model}, k: q(t,k) = q} x_{t,k} g_t m_t \le Q_q  \quad\forall q
+           + \sum_{t \text{ per-model}, k: h(t,k) = q} x_{t,k} g_t m_t \le Q_q  \quad\forall q
     \qquad \sum_{t \text{ whole, non-critical}, k} g_t x_{t,k} \le B          \text{(headroom)}
 
-Every constraint holds for every concrete plan (it is a relaxation: per-node packing is
-only enforced in aggregate), so the solver's bound is an upper bound on the true optimum.
-The solution is made concrete by :func:`disaggregate`: chosen requests, largest first,
-are fitted by the greedy node choice restricted to the classes the solver gave them, then
-anywhere, then every request still pending is offered a greedy fill. The caller keeps the
-result only if its concrete value beats greedy's.
+Every constraint holds for every concrete plan (per-node packing is only enforced in
+aggregate, shares do not count against the headroom), so the model is a relaxation and
+the solver's bound is an upper bound on the true optimum. The solution is made concrete
+by :func:`disaggregate`: chosen requests, largest first, are fitted by the greedy node
+choice restricted to the groups the solver gave them, then anywhere; then every request
+still pending is offered a greedy fill. The caller keeps the result only if its concrete
+value beats greedy's. Past :data:`MAX_PAIRS` (type, group) pairs the model is not built.
 """
 
 from __future__ import annotations

@@ -84,6 +84,11 @@ class Cycle:
         if self._frag is None:
             self._frag = self.state.fragmentation(self.mix)
         return self._frag
+    def release(self, parts: Sequence[NodeAssignment]) -> None:
+        """Give capacity back (a preemption); quota and headroom budgets stay as they are."""
+        self.state.release(parts)
+        self._blocks = None
+
     def max_block(self, request: Request) -> int:
         """An upper bound on the GPUs one part of ``request`` could get on any up node now
         (0 when it cannot get its share anywhere): rejects hopeless requests in O(1)."""

@@ -28,7 +28,7 @@ from datetime import datetime
 
 import numpy as np
 
-from gpu_pool.engine import cpsat, exact
+from gpu_pool.engine import cpsat, exact, preempt
 from gpu_pool.engine.capacity import FleetState
 from gpu_pool.engine.compat import never_fits
 from gpu_pool.engine.fragmentation import TaskShape, WorkloadMix
@@ -140,8 +140,15 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
         stats = SolveStats(status, 0.0, float(best_value), float(greedy_value),
                            None if upper is None else float(max(upper, best_value)),
                            result.detail)
-    # 7. reasons
+    # 6. critical requests still pending may preempt preemptible allocations
     placed = {p.request_name for p in placements}
+    waiting = [r for r in ordered if r.name not in placed]
+    won, preemptions = preempt.preempt_for_critical(
+        final, waiting, weights, views, groups, allocations_usage)
+    if won:
+        placements = [*placements, *won]
+        placed |= {p.request_name for p in won}
+    # 7. reasons
     inputs = ReasonInputs(start, final, book, policy)
     # Requests of one type get the same reason (the sentence names no request): decide once.
     decided: dict[tuple, PendingReason] = {}
@@ -163,7 +170,7 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
         by_name[r.name] for r in requests if r.name in by_name)
     stats = SolveStats(stats.status, time.perf_counter() - t0, stats.objective,
                        stats.greedy_objective, stats.upper_bound, stats.detail)
-    return Plan(ordered_placements, pending, (), stats)
+    return Plan(ordered_placements, pending, tuple(preemptions), stats)
 
 
 def greedy_plan(snapshot: Snapshot) -> Plan:
