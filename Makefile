@@ -1,12 +1,14 @@
 # The two set-up commands of the README: `make demo` and `make test`.
 # Each creates the virtual environment .venv on first use.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
 $(BIN)/gpu-pool: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test]' 2>&1 | { grep -v '^WARNING: Location' || true; }
 	touch $(BIN)/gpu-pool
 
 .PHONY: install demo test bench lint
