@@ -46,6 +46,7 @@ def test_submit_keeps_a_given_submitted_at_and_orders_by_it(store: Store, now: d
     ({"nodes": 3, "gpus": 2}, "nodes", "the fleet has 2"),
     ({"cpu_milli": 1_000_000}, "cpu", "CPU cores"),
     ({"memory_mib": 10**9}, "memory", "MiB RAM"),
+    ({"min_gpu_memory_mib": 200 * 1024}, "min_gpu_memory", ">= 200 GiB"),
 ])
 def test_submit_refuses_with_the_field_named(store: Store, now: datetime, fields: dict,
                                              field: str, words: str) -> None:

@@ -71,8 +71,11 @@ def check_fits(request: Request, nodes: Sequence[Node], policy: Policy | None) -
     if why is None:
         return
     field = next((f for words, f in _NEVER_FITS_FIELDS if words in why), "gpus")
+    if field == "gpu_models" and request.min_gpu_memory_mib and not request.gpu_models:
+        field = "min_gpu_memory"  # any model would do: it is the memory floor that fails
     value = {"nodes": request.nodes, "cpu": request.cpu_milli, "memory": request.memory_mib,
-             "gpus": request.gpus, "gpu_models": sorted(request.gpu_models) or "any"}[field]
+             "gpus": request.gpus, "gpu_models": sorted(request.gpu_models) or "any",
+             "min_gpu_memory": request.min_gpu_memory_mib}[field]
     raise SpecError(field, value, f"a request some node or gang of the fleet can hold ({why})")
 
 
