@@ -33,6 +33,8 @@ Design choices against Airflow's traps (see ``shared/design/airflow-3.3-notes.md
 * **Restarts.** Task processes run in their own session and outlive the scheduler;
   ``try_adopt_task_instances`` adopts RUNNING GPU tasks whose allocation is active in the
   store, and waiting (QUEUED) ones are handed back to be reset with their request cancelled.
+  Every ``[gpu_pool] reconcile_interval_seconds`` the executor releases allocations whose
+  task instance ended unwatched (e.g. while no scheduler ran), so no allocation leaks.
 * **Several schedulers.** The store is the truth: placement is applied under the store's
   lock and guard; each executor starts only what it holds, whoever placed it.
 """
@@ -111,6 +113,11 @@ class GpuPoolExecutor(BaseExecutor):
         self.max_held = conf.getint(SECTION, "max_held_tasks", fallback=64)
         self.idle_replan_s = conf.getfloat(SECTION, "idle_replan_seconds", fallback=5.0)
         self.watch_interval_s = conf.getfloat(SECTION, "watch_interval_seconds", fallback=2.0)
+        # Admission writes to the store; bounding it per beat bounds a burst's added latency.
+        self.max_admit = conf.getint(SECTION, "max_admit_per_heartbeat", fallback=64)
+        self.reconcile_interval_s = conf.getfloat(SECTION, "reconcile_interval_seconds",
+                                                  fallback=30.0)
+        self._last_reconcile = 0.0
         self.cycle: PlacementCycle | None = None
         self._names: dict[TaskInstanceKey, str] = {}
         self._started: dict[TaskInstanceKey, _Started] = {}
@@ -185,9 +192,13 @@ class GpuPoolExecutor(BaseExecutor):
         from gpu_pool.spec import parse_request
 
         cycle = self._require_cycle()
-        for key, workload in list(self.queued_tasks.items()):
+        admitted = 0
+        for key, workload in self.order_queued_tasks_by_priority():
             if key in self._names:
                 continue
+            if admitted >= self.max_admit:
+                break
+            admitted += 1
             name = request_name(key)
             spec = dict((workload.ti.executor_config or {}).get(SPEC_KEY) or {})
             spec.pop("name", None)
@@ -265,6 +276,33 @@ class GpuPoolExecutor(BaseExecutor):
             states = airflow_reads.task_states(w.ti_id for w in self._watched.values())
             for watched in list(self._watched.values()):
                 self._on_watch(watched, states.get(watched.ti_id))
+        if now - self._last_reconcile >= self.reconcile_interval_s:
+            self._last_reconcile = now
+            self._reconcile()
+
+    def _reconcile(self) -> None:
+        """Release allocations whose task instance ended while no executor watched it.
+
+        A task that finishes while its scheduler is down is not adoptable (it is no longer
+        RUNNING), so nobody would release its GPUs; the metadata database says it ended.
+        """
+        cycle = self._require_cycle()
+        mine = {s.name for s in self._started.values()} | {w.name for w in self._watched.values()}
+        ti_of: dict[str, str] = {}
+        for allocation in cycle.store.active_allocations():
+            name = allocation.request_name
+            if name in mine or name in ti_of:
+                continue
+            external = cycle.store.request_external(name) or {}
+            if external.get("executor_key"):
+                ti_of[name] = str(external["executor_key"])
+        states = airflow_reads.task_states(ti_of.values())
+        for name, ti_id in ti_of.items():
+            state = states.get(ti_id)
+            if state not in _ALIVE:
+                self.log.info("Releasing %s: its task instance is %s", name, state)
+                cycle.release(name, Outcome.SUCCESS if state == "success" else Outcome.FAILED,
+                              reason=f"task {state} while unwatched")
 
     def _on_exit(self, started: _Started, state: str | None) -> None:
         del self._started[started.key]

@@ -14,7 +14,7 @@ from e2e_common import probe_command
 
 from gpu_pool.operators import GpuSSHOperator
 
-CORPUS = Asset("file:///e2e/corpus-v1", name="e2e-corpus-v1")
+CORPUS = Asset(name="e2e-corpus-v1", uri="file:///e2e/corpus-v1")
 
 
 @dag(schedule="@once", start_date=datetime(2026, 1, 1), catchup=False, tags=["gpu-pool-e2e"])

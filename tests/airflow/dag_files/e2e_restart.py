@@ -1,7 +1,8 @@
 """End-to-end DAG: GPU tasks running while the scheduler is killed and restarted.
 
-Each task runs 25 s on the node; the test kills the scheduler once both are running and
-starts a new one, which must adopt them (no retry, no killed training, no leaked GPUs).
+Each task runs 25 s on the node, watched from its worker process (``deferrable=False``, so
+the task instance stays RUNNING); the test kills the scheduler once both run and starts a
+new one, which must adopt them (no retry, no killed training, no leaked GPUs).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from gpu_pool.operators import GpuSSHOperator
 def e2e_restart() -> None:
     for name in ("long_1", "long_2"):
         GpuSSHOperator(task_id=name, command=probe_command(name, 25), team="nlp", gpus=2,
-                       poll_interval=1, retries=0)
+                       poll_interval=1, retries=0, deferrable=False)
 
 
 e2e_restart()
