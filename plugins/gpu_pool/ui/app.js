@@ -3,7 +3,8 @@
 // from the store cannot inject markup. Charts are inline SVG.
 "use strict";
 
-const REFRESH_S = 15;
+// ?refresh=N sets the period (tests use a short one); 15 s otherwise.
+const REFRESH_S = Number(new URLSearchParams(location.search).get("refresh")) || 15;
 const STATUSES = ["free", "held", "partial", "idle", "draining", "down", "unhealthy"];
 const SVG = "http://www.w3.org/2000/svg";
 const state = { tab: "fleet", team: "", window: "day", timer: null };
@@ -33,7 +34,7 @@ function svg(tag, attrs, ...children) {
 async function api(path) {
   const resp = await fetch("api/" + path, { credentials: "same-origin" });
   if (resp.status === 401 || resp.status === 403) {
-    const login = "/auth/login/?next=" + encodeURIComponent(location.pathname + location.search);
+    const login = "/auth/login?next=" + encodeURIComponent(location.pathname + location.search);
     showBanner("Not signed in to Airflow. ", el("a", { href: login, target: "_top" }, "Sign in"));
     throw new Error("not authenticated");
   }
