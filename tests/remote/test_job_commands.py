@@ -47,7 +47,7 @@ def bash(script: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
                           timeout=timeout, check=False)
 
 
-def wait_done(job: RemoteJob, timeout: float = 10) -> JobStatus:
+def wait_done(job: RemoteJob, timeout: float = 30) -> JobStatus:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = parse_poll_output(bash(build_poll_command(job)).stdout)
@@ -249,5 +249,5 @@ def test_the_watchdog_keeps_trying_until_the_job_is_gone(tmp_path: Path) -> None
     time.sleep(2.5)  # the deadline passes while the watchdog cannot find the group
     assert bash(f"kill -0 -- -{pgid}").returncode == 0
     pid_file.with_suffix(".hidden").rename(pid_file)
-    status = wait_done(job, timeout=10)
+    status = wait_done(job)
     assert (status.exit_code, status.killed_reason) == (143, "time_limit")

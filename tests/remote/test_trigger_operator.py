@@ -26,7 +26,7 @@ def live_group(node: SshNode, pgid: int) -> list[str]:
     return [line for line in out.splitlines() if line.strip()]
 
 
-def first_event(trigger: GpuRemoteJobTrigger, timeout: float = 30) -> dict[str, Any]:
+def first_event(trigger: GpuRemoteJobTrigger, timeout: float = 90) -> dict[str, Any]:
     async def first() -> dict[str, Any]:
         async for event in trigger.run():
             return dict(event.payload)
@@ -109,7 +109,7 @@ def test_trigger_time_limit_kills_the_group(sshd_fleet: Fleet, base_dir: str) ->
 
 
 def test_trigger_warns_once_then_finishes(sshd_fleet: Fleet, base_dir: str) -> None:
-    spec, _ = start(sshd_fleet, "node-a", "sleep 1.5", base_dir)
+    spec, _ = start(sshd_fleet, "node-a", "sleep 4", base_dir)
     started = time.time()
     event = first_event(GpuRemoteJobTrigger(jobs=[spec], started_at=started, time_limit_s=30,
                                             warn_at_s=0.5, poll_interval=0.2))
@@ -123,7 +123,7 @@ def test_trigger_on_kill_kills_the_group(sshd_fleet: Fleet, base_dir: str) -> No
     spec, pgid = start(sshd_fleet, "node-a", "sleep 300", base_dir)
     trigger = GpuRemoteJobTrigger(jobs=[spec], started_at=time.time(), kill_grace_s=1)
     asyncio.run(trigger.on_kill())
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while live_group(sshd_fleet["node-a"], pgid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert live_group(sshd_fleet["node-a"], pgid) == []
@@ -177,14 +177,14 @@ def test_operator_warns_through_a_notifier_then_times_out(allocated: RemoteAlloc
                                                           sshd_fleet: Fleet) -> None:
     RecordingNotifier.sent.clear()
     op = GpuSSHOperator(task_id="train", command="sleep 300", gpus=2, team="nlp",
-                        time_limit=4, warn_at=0.25, kill_grace=0.5, poll_interval=0.2,
+                        time_limit=8, warn_at=0.25, kill_grace=0.5, poll_interval=0.2,
                         deferrable=False, on_time_limit_warning=RecordingNotifier())
     started = time.monotonic()
     with pytest.raises(GpuRemoteJobFailed, match=r"timed_out: node-a: exit 1\d\d \(time_limit\)"):
         op.execute({"ti": FakeTI()})
-    assert 4 <= time.monotonic() - started < 15
+    assert 8 <= time.monotonic() - started < 60  # generous: shared, loaded CI machines
     (warning,) = RecordingNotifier.sent
-    assert warning["time_limit_s"] == 4 and 1 <= warning["elapsed_s"] < 4
+    assert warning["time_limit_s"] == 8 and 2 <= warning["elapsed_s"] < 8
     assert live_group(sshd_fleet["node-a"], int(_pgid_of(sshd_fleet, op))) == []
 
 
