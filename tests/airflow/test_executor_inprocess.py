@@ -1,0 +1,113 @@
+"""GpuPoolExecutor in-process over a real SQLite store and the real engine (no scheduler).
+
+Covers what the end-to-end tests cannot pin down cheaply: the capacity accounting that keeps
+a GPU backlog from starving ordinary tasks, the stuck-in-queued opt-out, idempotent
+admission, and data readiness through the placement cycle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpu_pool.engine import plan
+from gpu_pool.executor_support.cycle import PlacementCycle
+from gpu_pool.model import Policy, Team
+from gpu_pool.spec import parse_node, parse_request
+from gpu_pool.store import Store
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store.from_url(f"sqlite:///{tmp_path / 'store.db'}")
+    s.migrate()
+    s.upsert_team(Team("nlp"), actor="t")
+    s.import_nodes([parse_node({"name": "node-a", "gpu_model": "A100", "gpus": 2, "cpu": 8,
+                                "memory": "64GiB", "ssh_conn_id": "gpu_node_a"})], actor="t")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def executor(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "test-secret")
+    monkeypatch.setenv("AIRFLOW__GPU_POOL__STORE_URL", store.url)
+    monkeypatch.setenv("AIRFLOW__GPU_POOL__MAX_HELD_TASKS", "3")
+    monkeypatch.setenv("AIRFLOW__CORE__PARALLELISM", "8")
+    from gpu_pool.executor import GpuPoolExecutor
+
+    ex = GpuPoolExecutor(parallelism=8)
+    ex.start()
+    return ex
+
+
+def _workload(task_id: str, spec: dict[str, Any]) -> Any:
+    from airflow.executors.workloads import ExecuteTask
+    from airflow.executors.workloads.base import BundleInfo
+    from airflow.executors.workloads.task import TaskInstanceDTO
+
+    ti = TaskInstanceDTO(id=uuid.uuid4(), task_id=task_id, dag_id="d", run_id="r", try_number=1,
+                         dag_version_id=uuid.uuid4(), pool_slots=1, priority_weight=1,
+                         executor_config={"gpu_pool": spec})
+    return ExecuteTask(ti=ti, dag_rel_path=Path("d.py"), bundle_info=BundleInfo(name="b"),
+                       log_path=None, token="")
+
+
+def test_held_backlog_is_bounded_and_does_not_occupy_shared_slots(executor: Any) -> None:
+    assert executor.slots_available == 3
+    for i in range(3):
+        wl = _workload(f"t{i}", {"team": "nlp", "gpus": 2})
+        executor.queued_tasks[wl.ti.key] = wl
+    # Held (waiting) workloads do not count against the shared [core] parallelism ...
+    assert executor.slots_occupied == 0
+    # ... and the executor takes no more of the backlog: the rest stays SCHEDULED upstream.
+    assert executor.slots_available == 0
+
+
+def test_revoke_is_refused_so_stuck_in_queued_skips_gpu_tasks(executor: Any) -> None:
+    with pytest.raises(NotImplementedError):
+        executor.revoke_task(ti=object())
+
+
+def test_bad_spec_fails_the_task_at_admission(executor: Any) -> None:
+    wl = _workload("bad", {"team": "nobody", "gpus": 1})
+    executor.queued_tasks[wl.ti.key] = wl
+    executor._admit_new()
+    assert wl.ti.key not in executor.queued_tasks
+    state, info = executor.event_buffer[wl.ti.key]
+    assert state == "failed" and "team" in info
+
+
+def test_admission_is_idempotent_across_executors(executor: Any, store: Store) -> None:
+    wl = _workload("t", {"team": "nlp", "gpus": 1})
+    executor.queued_tasks[wl.ti.key] = wl
+    executor._admit_new()
+    name = executor._names[wl.ti.key]
+    assert store.request_external(name)["executor_key"] == str(wl.ti.id)
+    # A second scheduler (or a restarted one) meeting the same try does not resubmit.
+    other = PlacementCycle(store=store, policy=Policy(), planner=plan, actor="other")
+    other.admit(parse_request({"name": name, "team": "nlp", "gpus": 1}), {})
+    assert [r.name for r in store.pending_requests()] == [name]
+
+
+def test_data_not_ready_holds_no_gpu_until_the_oracle_says_ready(store: Store) -> None:
+    events: set[str] = set()
+    cycle = PlacementCycle(store=store, policy=Policy(), planner=plan, actor="t",
+                           data_ready=lambda uris: set(uris) & events, idle_replan_s=0)
+    request = parse_request({"name": "train", "team": "nlp", "gpus": 1,
+                             "dataset": "s3://corpora/zh"})
+    request = dataclasses.replace(request, data_ready=cycle.is_ready(request))
+    cycle.admit(request, {})
+    report = cycle.run({"train"})
+    assert report.bindings == () and store.active_allocations() == []
+    assert [r.code for r in report.pending] == ["data_not_ready"]
+    events.add("s3://corpora/zh")
+    report = cycle.run({"train"})
+    assert [b.request_name for b in report.bindings] == ["train"]
+    assert store.get_request("train").data_ready
