@@ -242,11 +242,11 @@ def test_the_command_survives_every_level_of_nesting(tmp_path: Path, value: str)
 def test_the_watchdog_keeps_trying_until_the_job_is_gone(tmp_path: Path) -> None:
     """A leader that records its pid late (a loaded node) is still stopped at the limit."""
     job = RemoteJob("late", str(tmp_path))
-    out = bash(build_start_command("sleep 300", job, {}, time_limit_s=1, kill_grace_s=0.2))
+    out = bash(build_start_command("sleep 300", job, {}, time_limit_s=3, kill_grace_s=0.2))
     pgid = parse_start_output(out.stdout, job)
     pid_file = Path(job.path("pid"))
     pid_file.rename(pid_file.with_suffix(".hidden"))  # as if not yet written
-    time.sleep(2.5)  # the deadline passes while the watchdog cannot find the group
+    time.sleep(4.5)  # the deadline passes while the watchdog cannot find the group
     assert bash(f"kill -0 -- -{pgid}").returncode == 0
     pid_file.with_suffix(".hidden").rename(pid_file)
     status = wait_done(job)
