@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -118,6 +119,7 @@ class GpuPoolExecutor(BaseExecutor):
         self.reconcile_interval_s = conf.getfloat(SECTION, "reconcile_interval_seconds",
                                                   fallback=30.0)
         self._last_reconcile = 0.0
+        self._last_held_check = 0.0
         self.cycle: PlacementCycle | None = None
         self._names: dict[TaskInstanceKey, str] = {}
         self._started: dict[TaskInstanceKey, _Started] = {}
@@ -276,9 +278,26 @@ class GpuPoolExecutor(BaseExecutor):
             states = airflow_reads.task_states(w.ti_id for w in self._watched.values())
             for watched in list(self._watched.values()):
                 self._on_watch(watched, states.get(watched.ti_id))
+        if self._started and now - self._last_held_check >= self.watch_interval_s:
+            self._last_held_check = now
+            self._stop_dispossessed()
         if now - self._last_reconcile >= self.reconcile_interval_s:
             self._last_reconcile = now
             self._reconcile()
+
+    def _stop_dispossessed(self) -> None:
+        """Stop running tasks whose allocation ended elsewhere (preempted, reclaimed, released).
+
+        Their GPUs now belong to someone else: SIGTERM reaches the task process group, whose
+        operator kills the remote job in turn.
+        """
+        names = {s.name for s in self._started.values()}
+        active = {b.request_name for b in self._require_cycle().bindings(names)}
+        for started in self._started.values():
+            if started.name not in active and started.process.poll() is None:
+                self.log.warning("Allocation of %s ended elsewhere; stopping the task", started.key)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(started.process.pid, signal.SIGTERM)
 
     def _reconcile(self) -> None:
         """Release allocations whose task instance ended while no executor watched it.

@@ -111,3 +111,33 @@ def test_data_not_ready_holds_no_gpu_until_the_oracle_says_ready(store: Store) -
     report = cycle.run({"train"})
     assert [b.request_name for b in report.bindings] == ["train"]
     assert store.get_request("train").data_ready
+
+
+def test_a_task_whose_allocation_ended_elsewhere_is_stopped(executor: Any, store: Store) -> None:
+    import subprocess
+    import time
+
+    from gpu_pool.executor import _Started
+
+    wl = _workload("t", {"team": "nlp", "gpus": 1})
+    executor.queued_tasks[wl.ti.key] = wl
+    executor._admit_new()
+    executor.cycle.run(set(executor._names.values()))
+    name = executor._names[wl.ti.key]
+    keeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        executor._started[wl.ti.key] = _Started(wl.ti.key, str(wl.ti.id), name, keeper, 0.0)
+        executor._stop_dispossessed()
+        assert keeper.poll() is None  # its allocation is active: left alone
+        store.release_request(name, "reclaimed", actor="reclaim-sweep", reason="idle")
+        executor._started[wl.ti.key] = _Started(wl.ti.key, str(wl.ti.id), name, victim, 0.0)
+        executor._stop_dispossessed()
+        deadline = time.monotonic() + 5
+        while victim.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert victim.poll() == -15
+    finally:
+        for proc in (keeper, victim):
+            proc.kill()
+            proc.wait()
