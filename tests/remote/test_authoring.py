@@ -60,6 +60,7 @@ def test_the_issue_example_routes_to_the_gpu_pool_executor() -> None:
     ({"gpus": 1, "team": "nlp", "warn_at": 1.5}, "warn_at"),
     ({"gpus": 1, "team": "nlp", "executor": "LocalExecutor"}, "executor"),
     ({"gpus": 1, "team": "nlp", "remote_base_dir": "/tmp/$(x)"}, "remote_base_dir"),
+    ({"gpus": 1, "team": "nlp", "kill_grace": "never"}, "kill_grace"),
 ])
 def test_bad_specs_fail_at_dag_definition_naming_task_and_field(kwargs: dict,
                                                                 field: str) -> None:

@@ -134,7 +134,10 @@ class GpuSSHOperator(BaseOperator):
         self.on_time_limit_warning = (
             [] if callbacks is None else list(callbacks) if isinstance(callbacks, Sequence)
             else [callbacks])
-        self.kill_grace_s = _seconds(kill_grace, "kill_grace") or DEFAULT_KILL_GRACE_S
+        try:
+            self.kill_grace_s = _seconds(kill_grace, "kill_grace") or DEFAULT_KILL_GRACE_S
+        except SpecError as error:
+            raise error.located(where) from None
         self.poll_interval = poll_interval
         self.remote_base_dir = remote_base_dir
         try:
