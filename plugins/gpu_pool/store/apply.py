@@ -13,12 +13,14 @@ drop
 
 Invariants
 ----------
-* One transaction per preemption and per placement, so one lost race drops only that
-  placement; a gang is placed whole or not at all (all its allocations in one transaction).
-* On PostgreSQL each of these transactions first takes ``pg_advisory_xact_lock`` on
-  :data:`APPLY_LOCK_KEY`, so schedulers apply one placement at a time; the database's own
-  guard (the ``gpus.allocated_milli`` CHECK and triggers, the unique index on whole GPUs)
-  forbids double allocation even without that lock.
+* One transaction per plan (one commit, so a plan of hundreds of placements fits in a
+  heartbeat) and a savepoint per preemption and per placement, so one lost race drops only
+  that placement; a gang is placed whole or not at all (all its allocations in one
+  savepoint).
+* On PostgreSQL the transaction first takes ``pg_advisory_xact_lock`` on
+  :data:`APPLY_LOCK_KEY`, so schedulers apply one plan at a time; the database's own guard
+  (the ``gpus.allocated_milli`` CHECK and triggers, the unique index on whole GPUs) forbids
+  double allocation even without that lock.
 * GPU rows are written in (node, index) order so concurrent writers never deadlock.
 * Data readiness is not re-checked here: the executor's cycle decides it from Airflow asset
   events in the snapshot it plans on, which the stored flag may lag behind.
@@ -33,8 +35,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, text
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from gpu_pool.errors import ConflictError
 from gpu_pool.model import Allocation, Outcome, Policy, PriorityClass, Purpose, RequestState
 from gpu_pool.store.allocations import (
     active_allocations_of_request,
@@ -84,27 +86,29 @@ def lock_apply(conn: Connection) -> None:
 def apply_plan(write: WriteTx, plan: Plan, now: datetime, actor: str, policy: Policy,
                serialize: bool = True) -> ApplyResult:
     result = ApplyResult()
-    for preemption in plan.preemptions:
-        with write() as conn:
-            if serialize:
-                lock_apply(conn)
-            if preempt(conn, preemption, now, actor, policy):
-                result.preempted.append(preemption.allocation_id)
-    for placement in plan.placements:
-        name = placement.request_name
-        try:
-            with write() as conn:
-                if serialize:
-                    lock_apply(conn)
-                result.allocations[name] = place(conn, placement, now, actor)
-            result.placed.append(name)
-        except Dropped as stale:
-            result.dropped[name] = stale.reason
-        except ConflictError as error:  # the database's own guard caught an overlap
-            detail = getattr(error, "detail", str(error))
-            result.dropped[name] = f"lost a race: another writer took its GPUs first ({detail})"
-    if plan.pending:
-        with write() as conn:
+    with write() as conn:
+        if serialize:
+            lock_apply(conn)
+        for preemption in plan.preemptions:
+            with conn.begin_nested():
+                if preempt(conn, preemption, now, actor, policy):
+                    result.preempted.append(preemption.allocation_id)
+        for placement in plan.placements:
+            name = placement.request_name
+            try:
+                with conn.begin_nested():
+                    made = place(conn, placement, now, actor)
+            except Dropped as stale:
+                result.dropped[name] = stale.reason
+            except DBAPIError as error:
+                if not _lost_race(error):
+                    raise
+                result.dropped[name] = ("lost a race: another writer took its GPUs first "
+                                        f"({_first_line(error)})")
+            else:
+                result.allocations[name] = made
+                result.placed.append(name)
+        if plan.pending:
             set_reasons(conn, [(r.request_name, str(r.code), r.message) for r in plan.pending], now)
     return result
 
@@ -189,3 +193,14 @@ def preempt(conn: Connection, preemption: Preemption, now: datetime, actor: str,
     change_state(conn, row["request_id"], row["request_name"], (RequestState.RUNNING,),
                  RequestState.PENDING, actor, reason, now, {"for": preemption.for_request})
     return True
+
+
+def _lost_race(error: DBAPIError) -> bool:
+    """The database's guard refused an overlap, or PostgreSQL broke a lock cycle."""
+    code = getattr(getattr(error, "orig", None), "pgcode", None)
+    return isinstance(error, IntegrityError) or code in ("40001", "40P01", "55P03")
+
+
+def _first_line(error: BaseException) -> str:
+    orig = getattr(error, "orig", None) or error
+    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
