@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.configuration import conf
 from airflow.executors.base_executor import BaseExecutor
 
-from gpu_pool.errors import GpuPoolError
+from gpu_pool.errors import ConflictError, GpuPoolError, StoreError
 from gpu_pool.executor_support import airflow_reads
 from gpu_pool.executor_support.cycle import Binding, PlacementCycle
 from gpu_pool.executor_support.naming import request_name
@@ -171,9 +171,10 @@ class GpuPoolExecutor(BaseExecutor):
 
     def trigger_tasks(self, open_slots: int) -> None:
         cycle = self._require_cycle()
-        self._admit_new()
-        held = {self._names[k]: k for k in self.queued_tasks if k in self._names}
+        held = {}
         try:
+            self._admit_new()
+            held = {self._names[k]: k for k in self.queued_tasks if k in self._names}
             report = cycle.run(held)
         except Exception:  # never stall or kill the scheduler loop: retry next heartbeat
             self.log.exception("gpu-pool placement cycle failed; retrying next heartbeat")
@@ -212,6 +213,8 @@ class GpuPoolExecutor(BaseExecutor):
                 if request.dataset is not None:
                     request = dataclasses.replace(request, data_ready=cycle.is_ready(request))
                 cycle.admit(request, _link(workload))
+            except (StoreError, ConflictError):
+                raise  # the store, not the request: retried next heartbeat
             except GpuPoolError as error:
                 self.log.error("GPU task %s refused: %s", key, error)
                 self.queued_tasks.pop(key, None)
