@@ -26,7 +26,7 @@ def test_alerts_from_the_store_once(fleet, store, smtp_server, webhook) -> None:
     first = run_alerts(store, channels, OpsConfig(), NOW)
     assert sorted(k.kind for k, _ in first.sent) == ["quota_expiring", "run_past_expiry"]
     subjects = sorted(str(m["Subject"]) for _, m in smtp_server.messages)
-    assert any("expires in 5 days" in s for s in subjects)
+    assert any("expires within 5 days" in s for s in subjects)
     assert any("vision-long would outlive its quota" in s for s in subjects)
     # 6 more hours running: 72 GPU-h of 100 -> not yet 80%; 10 more hours: 92 -> 90%
     assert run_alerts(store, channels, OpsConfig(), NOW + 6 * H).sent == ()

@@ -20,6 +20,7 @@ store before sending it (see :mod:`gpu_pool.ops.records`), so reruns never repea
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -113,8 +114,7 @@ def _expiry_alerts(q: Quota, quotas: Sequence[Quota], allocations: Sequence[Allo
             return []
         running = [a.request_name for a in allocations
                    if q.matches(a.team, a.purpose, a.gpu_model)]
-        days = max(0, int(left)) if left >= 1 else 0
-        when = f"in {days} day{'s' if days != 1 else ''}" if days else "within a day"
+        when = f"within {math.ceil(left)} days" if left > 1 else "within a day"
         body = (f"Quota {_scope(q)} ({q.gpus:g} GPUs) expires {when}, at "
                 f"{q.expires_at:%Y-%m-%d %H:%M} UTC. After that gpu-pool refuses new work for "
                 f"{q.team}/{q.purpose} on it unless the quota is renewed or extended.")
