@@ -70,6 +70,21 @@ def list_nodes(conn: Connection) -> list[Node]:
     return [node_from_row(r, gpus.get(r["name"], ())) for r in rows]
 
 
+def fleet_shapes(conn: Connection) -> list[Node]:
+    """Every node with what :func:`gpu_pool.engine.never_fits` looks at — GPU count, model,
+    smallest GPU memory, CPU, RAM — from one row per node instead of one per GPU (it runs on
+    every submission)."""
+    rows = conn.execute(text(
+        "SELECT n.name, n.cpu_milli, n.memory_mib, n.zone, COUNT(g.idx) AS gpus, "
+        "MIN(g.model) AS model, MIN(g.memory_mib) AS gpu_memory FROM nodes n "
+        "LEFT JOIN gpus g ON g.node = n.name GROUP BY n.name, n.cpu_milli, n.memory_mib, n.zone "
+        "ORDER BY n.name")).mappings()
+    return [Node(name=r["name"], gpus=tuple(Gpu(i, r["model"], r["gpu_memory"])
+                                             for i in range(r["gpus"])),
+                 cpu_milli=r["cpu_milli"], memory_mib=r["memory_mib"], zone=r["zone"])
+            for r in rows]
+
+
 def get_node(conn: Connection, name: str) -> Node | None:
     row = conn.execute(text("SELECT * FROM nodes WHERE name = :n"), {"n": name}).mappings().first()
     if row is None:

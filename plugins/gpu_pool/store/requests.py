@@ -32,7 +32,7 @@ from gpu_pool.store import events
 from gpu_pool.store.allocations import active_allocations_of_request, end_allocation
 from gpu_pool.store.checks import check_request
 from gpu_pool.store.codec import db_time, new_id, request_from_row, request_params
-from gpu_pool.store.fleet import list_nodes, team_names
+from gpu_pool.store.fleet import fleet_shapes, team_names
 from gpu_pool.store.ledger import price_of
 
 EXTERNAL_FIELDS = ("dag_id", "task_id", "run_id", "map_index", "try_number", "executor_key")
@@ -90,7 +90,7 @@ def submit_request(conn: Connection, request: Request, actor: str, now: datetime
                          {"n": request.name}).scalar()
     if clash is not None:
         raise SpecError("name", request.name, f"a name no other request has (one is {clash})")
-    check_fits(request, list_nodes(conn), policy)
+    check_fits(request, fleet_shapes(conn), policy)
     request_id = request.id or new_id()
     submitted_at = request.submitted_at or now
     params = {**request_params(request, request_id, submitted_at, now), **external}
