@@ -63,3 +63,42 @@ def test_plan_on_state_leaves_the_state_alone() -> None:
     assert (state.mem_free == free[2]).all()
     for p in result.placements:  # and the caller can apply the plan incrementally
         state.apply(p)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_class_model_bound_covers_greedy(seed: int) -> None:
+    """Cycles too big for the exact model go through the class relaxation: its bound must
+    cover every concrete plan, greedy's included (a pruned-away pair would break this)."""
+    snap = random_snapshot(random.Random(seed), nodes=30, requests=70, max_gpus=8)
+    result = plan(snap)
+    check_plan(result, snap)
+    assert "exact" not in result.stats.detail
+    if result.stats.upper_bound is not None:
+        assert result.stats.upper_bound >= result.stats.objective >= result.stats.greedy_objective
+
+
+def test_greedy_plan_satisfies_every_class_model_constraint(monkeypatch) -> None:
+    """The class model is a relaxation: greedy's plan, given as the hint, must satisfy it."""
+    from gpu_pool.engine import cpsat
+
+    seen: list[int] = []
+    real_hint = cpsat._hint
+
+    def checked_hint(model, *args) -> None:
+        real_hint(model, *args)
+        proto = model.proto
+        hint = dict(zip(proto.solution_hint.vars, proto.solution_hint.values, strict=True))
+        for ct in proto.constraints:
+            if not ct.has_linear():
+                continue
+            value = sum(c * hint[v] for v, c in zip(ct.linear.vars, ct.linear.coeffs,
+                                                   strict=True))
+            dom = list(ct.linear.domain)
+            assert any(dom[i] <= value <= dom[i + 1] for i in range(0, len(dom), 2))
+        seen.append(len(hint))
+
+    monkeypatch.setattr(cpsat, "_hint", checked_hint)
+    for seed in range(6):
+        plan(random_snapshot(random.Random(seed), nodes=30, requests=70, max_gpus=8))
+    assert seen and min(seen) > 0

@@ -60,7 +60,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from gpu_pool.engine.capacity import FleetState
-from gpu_pool.engine.greedy import Cycle, fit
+from gpu_pool.engine.greedy import Cycle, fit, fit_key
 from gpu_pool.engine.objective import VALUE_SCALE, RequestView, effective_milli
 from gpu_pool.engine.types import Placement, SolveStatus
 from gpu_pool.model import Policy, PriorityClass, Request
@@ -93,6 +93,15 @@ class _Groups:
     milli: np.ndarray
     cpu: np.ndarray
     mem: np.ndarray
+
+
+def _weighted(terms: list[tuple[cp_model.IntVar, int]]) -> cp_model.LinearExprT:
+    # weighted_sum builds one flat expression; Python's sum() nests one per term.
+    return cp_model.LinearExpr.weighted_sum([v for v, _ in terms], [c for _, c in terms])
+
+
+def _total(variables: list[cp_model.IntVar]) -> cp_model.LinearExprT:
+    return cp_model.LinearExpr.sum(variables)
 
 
 def configured_solver(policy: Policy) -> cp_model.CpSolver:
@@ -182,10 +191,12 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
         view, g = views[r0.name], groups[r0.name]
         gk = g[grp.rep]
         part = r0.gpus * r0.gpu_milli
-        ok = view.compatible[grp.rep] & view.zone_ok[grp.rep] & ((gk >= 0) | (gk == -1))
+        ok = (gk >= 0) | (gk == -1)
         if part and len(start.remaining):
             ok &= (gk < 0) | (start.remaining[np.maximum(gk, 0)] >= part)
-        per_row = _fit_per_row(r0, st, up_rows)
+        # Static compatibility varies inside a group (GPU count, CPU and RAM totals).
+        allowed = (view.compatible & view.zone_ok)[up_rows]
+        per_row = np.where(allowed, _fit_per_row(r0, st, up_rows), 0)
         per_group = np.bincount(up_group, weights=np.minimum(per_row, 1 << 20),
                                 minlength=n_groups).astype(np.int64)
         fits.append(np.where(ok, per_group, 0))
@@ -224,9 +235,9 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
             y[(t, b)] = var
             bucket_members[(t, b)] = members
             ys.append(var)
-            objective.append(var * (r0.nodes * e * VALUE_SCALE * b[1]))
+            objective.append((var, r0.nodes * e * VALUE_SCALE * b[1]))
             if const and b[0] >= 0 and part:
-                quota_terms[b[0]].append(var * (r0.nodes * part))
+                quota_terms[b[0]].append((var, r0.nodes * part))
         # x: parts per node group where at least one fits.
         xs = []
         for k in np.flatnonzero(fits[t]):
@@ -236,40 +247,40 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
             xs.append(var)
             pen = int(view.penalty[grp.rep[k]])
             if pen:
-                objective.append(var * (-e * pen))
+                objective.append((var, -e * pen))
             if whole:
-                cap["whole"][k].append(var * r0.gpus)
+                cap["whole"][k].append((var, r0.gpus))
                 for s_ in sizes:
                     if r0.gpus >= s_:
-                        cap[f"block{s_}"][k].append(var)
+                        cap[f"block{s_}"][k].append((var, 1))
                 if r0.priority is not PriorityClass.CRITICAL and start.headroom:
-                    headroom_terms.append(var * r0.gpus)
+                    headroom_terms.append((var, r0.gpus))
             if part:
-                cap["milli"][k].append(var * part)
+                cap["milli"][k].append((var, part))
                 gq = int(g[grp.rep[k]])
                 if not const and gq >= 0:
-                    quota_terms[gq].append(var * part)
+                    quota_terms[gq].append((var, part))
             if r0.cpu_milli:
-                cap["cpu"][k].append(var * r0.cpu_milli)
+                cap["cpu"][k].append((var, r0.cpu_milli))
             if r0.memory_mib:
-                cap["mem"][k].append(var * r0.memory_mib)
+                cap["mem"][k].append((var, r0.memory_mib))
             if r0.is_gang:  # one part per node: a gang count times the nodes that fit one
-                model.add(var <= int(fits[t][k]) * sum(ys))
+                model.add(var <= int(fits[t][k]) * _total(ys))
         if xs:
-            model.add(sum(xs) == r0.nodes * sum(ys))
+            model.add(_total(xs) == r0.nodes * _total(ys))
         else:
-            model.add(sum(ys) == 0)
+            model.add(_total(ys) == 0)
     # Capacity per node group, summed over its nodes.
     limits = {"whole": grp.whole, "milli": grp.milli, "cpu": grp.cpu, "mem": grp.mem,
               **{f"block{s_}": blocks[s_] for s_ in sizes}}
     for name, per_group in cap.items():
         for k, terms in per_group.items():
-            model.add(sum(terms) <= int(limits[name][k]))
+            model.add(_weighted(terms) <= int(limits[name][k]))
     for q, terms in quota_terms.items():
-        model.add(sum(terms) <= int(start.remaining[q]))
+        model.add(_weighted(terms) <= int(start.remaining[q]))
     if headroom_terms:
-        model.add(sum(headroom_terms) <= max(int(start.budget or 0), 0))
-    model.maximize(sum(objective))
+        model.add(_weighted(headroom_terms) <= max(int(start.budget or 0), 0))
+    model.maximize(_weighted(objective))
     _hint(model, x, y, type_list, bucket_members, greedy, grp, st.layout.row_of)
     solver = configured_solver(policy)
     status = solver.solve(model)
@@ -341,11 +352,15 @@ def disaggregate(cycle: Cycle, type_list: list, chosen: dict[int, list[Request]]
         placements.append(cycle.commit(r, choice))
         done.add(r.name)
         value += choice.value
+    failed: set[tuple] = set()
     for r in ordered:  # fill: whatever still fits after the solver's choice
-        if r.name in done:
+        key = fit_key(r, views[r.name], groups[r.name])
+        if r.name in done or key in failed:
             continue
         choice = fit(cycle, r, weights[r.name], views[r.name], groups[r.name])
-        if choice is not None:
+        if choice is None:
+            failed.add(key)
+        else:
             placements.append(cycle.commit(r, choice))
             value += choice.value
     return placements, value

@@ -261,6 +261,17 @@ def _choose(cycle: Cycle, request: Request, weight: int, view: RequestView,
                   bool(view.cross_zone[list(rows_t)].any()), transfer)
 
 
+def fit_key(request: Request, view: RequestView, groups: np.ndarray) -> tuple:
+    """Requests with equal keys fit, or not, in exactly the same states.
+
+    A greedy pass only ever takes capacity, quota and headroom away, so a key that failed
+    once fails for the rest of the pass: later requests with it are skipped unexamined.
+    """
+    return (request.gpus, request.gpu_milli, request.nodes, request.cpu_milli,
+            request.memory_mib, view.signature, request.priority is PriorityClass.CRITICAL,
+            id(groups))
+
+
 def greedy_order(requests: Sequence[Request], weights: dict[str, int]) -> list[Request]:
     """Most valuable first (see the module docstring); deterministic."""
     def key(r: Request) -> tuple:
@@ -275,9 +286,14 @@ def run_greedy(cycle: Cycle, ordered: Sequence[Request], weights: dict[str, int]
     """Place ``ordered`` one by one into ``cycle`` (mutated); placements and total value."""
     placements: list[Placement] = []
     total = 0
+    failed: set[tuple] = set()
     for r in ordered:
+        key = fit_key(r, views[r.name], groups[r.name])
+        if key in failed:
+            continue
         choice = fit(cycle, r, weights[r.name], views[r.name], groups[r.name])
         if choice is None:
+            failed.add(key)
             continue
         placements.append(cycle.commit(r, choice))
         total += choice.value
