@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from gpu_pool.engine.types import NodeAssignment, PendingReason, Placement, Plan, ReasonCode
-from gpu_pool.model import Gpu, Node, PriorityClass, Purpose, Quota, Request, Team
+from gpu_pool.model import Gpu, Node, Purpose, Quota, Request, Team
 from gpu_pool.store import Store
 
 MEMORY = {"A100": 80 * 1024, "T4": 16 * 1024, "H100": 80 * 1024, "L4": 24 * 1024}
@@ -59,6 +59,3 @@ def place(store: Store, name: str, node: str, indices: Iterable[int], now: datet
     return store.apply_plan(plan_of((name, [part(node, indices, milli, **kw)])), now=now,
                             actor="test")
 
-
-__all__ = ["PriorityClass", "make_node", "make_quota", "make_request", "part", "place",
-           "plan_of", "seed", "submit"]

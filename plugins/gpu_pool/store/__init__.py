@@ -3,12 +3,14 @@
 Public API: :func:`resolve_db_url` (where the store is), :class:`Store` (everything else),
 :class:`ApplyResult` (what :meth:`Store.apply_plan` did) and :class:`Event` (one row of the
 event log). Modules, one concern each: ``connection`` (URLs, engines), ``migrate`` (the
-``sql/`` migrations), ``codec`` (rows to domain objects), ``fleet`` (teams, nodes, GPUs),
-``quotas``, ``requests``, ``allocations``, ``apply`` (plans), ``ledger``, ``events``.
+``sql/`` migrations), ``codec`` (rows to domain objects), ``checks`` (named-field refusals
+of objects built in code), ``fleet`` (teams, nodes, GPUs), ``quotas``, ``requests``,
+``allocations``, ``apply`` (plans), ``ledger``, ``events``, ``store`` (the facade).
 
 Invariants the database itself enforces (see ``sql/002_guard.*.sql``): no GPU is held past
 1000 milli by active allocations; a whole GPU is held by one active allocation at most;
-the ledger is append-only.
+the ledger is append-only. CPU and RAM per node are guarded by the apply step (under the
+PostgreSQL advisory lock), not by a database constraint.
 """
 
 from __future__ import annotations
