@@ -97,3 +97,61 @@ def test_idle_holds(fleet, store, webhook, action: str) -> None:
     assert names == ({"idler", "busy"} if action == "warn" else {"busy"})
     rerun = run_sweep(store, live, channels, config, NOW + timedelta(minutes=5))
     assert rerun.records == () and len(webhook.posts) == 1
+
+
+def test_sweeps_racing_live_tasks_release_none_of_them(fleet, store) -> None:
+    """Sweeps run back to back while tasks start, run and finish in another thread. Any
+    release the sweep makes is checked, at that instant, against the task's true state."""
+    import threading
+    import time
+
+    fleet.team("vision")
+    fleet.node("n1", gpus=8)
+    truth: dict[str, str] = {}
+    lock = threading.Lock()
+    violations: list[str] = []
+    sweeps = [0]
+
+    def tasks() -> None:
+        for i in range(10):
+            name = f"t{i}"
+            with lock:
+                truth[name] = "queued"
+            fleet.run(name, "vision", 1, datetime.now(UTC))
+            with lock:
+                truth[name] = "running"
+            time.sleep(0.2)
+            with lock:
+                truth[name] = "success"
+            store.release_request(name, Outcome.SUCCESS, "executor", "task succeeded",
+                                  datetime.now(UTC))
+
+    class Guarded:
+        """The store, with a check at the moment the sweep releases something."""
+
+        def __getattr__(self, attr: str):
+            return getattr(store, attr)
+
+        def release_request(self, name, *args, **kwargs):
+            with lock:
+                if truth.get(name) in ("queued", "running"):
+                    violations.append(f"{name} released while {truth[name]}")
+            return store.release_request(name, *args, **kwargs)
+
+    def liveness(links):
+        with lock:
+            return {n: truth.get(link.task_id, "removed") for n, link in links.items()}
+
+    worker = threading.Thread(target=tasks)
+    worker.start()
+    config = OpsConfig(reclaim_grace_minutes=0)
+    while worker.is_alive():
+        run_sweep(Guarded(), liveness, None, config, datetime.now(UTC))
+        sweeps[0] += 1
+    worker.join()
+    assert violations == []
+    assert sweeps[0] >= 5
+    assert store.active_allocations() == []
+    outcomes = {e.request_name: e.outcome for e in store.ledger()}
+    assert set(outcomes) == {f"t{i}" for i in range(10)}
+    assert set(outcomes.values()) <= {Outcome.SUCCESS, Outcome.RECLAIMED}
