@@ -4,8 +4,9 @@ Run: ``.venv/bin/python bench/placement_scale.py [--sizes 100x50,1000x500] [--se
 
 Each fleet mixes five GPU models (A100, H100, L40S, T4, V100) over three zones, with 1/2/4/8
 GPUs per node, about a third of its GPUs already held by active allocations (whole and
-shared); each queue mixes whole-GPU requests of 1/2/4/8, shares of 250/500 milli and
-2- and 4-node gangs, five priority classes with aged submission times, model constraints,
+shared); each queue is drawn from 60 job templates (a team's pipeline: one shape, model set
+and dataset) mixing whole-GPU requests of 1/2/4/8, shares of 250/500 milli and 2- and
+4-node gangs, with five priority classes, aged submission times, model constraints,
 datasets in every zone and a few not ready, and any-model quotas for four teams. The table
 shows, per size: wall time of ``plan`` (greedy + CP-SAT + disaggregation + reasons), the
 greedy-alone wall time, the plan's objective, the greedy objective, the solver's upper bound
@@ -46,6 +47,7 @@ MODELS = {"A100": 80, "H100": 80, "L40S": 48, "T4": 16, "V100": 32}
 ZONES = ("eu-1", "eu-2", "us-1")
 TEAMS = ("vision", "speech", "llm", "recsys")
 SIZES = ((100, 50), (1000, 500), (5000, 2000), (20000, 10000))
+TEMPLATES = 60
 
 
 def synthetic_snapshot(pending: int, nodes: int, seed: int) -> Snapshot:
@@ -67,9 +69,10 @@ def synthetic_snapshot(pending: int, nodes: int, seed: int) -> Snapshot:
                 f"run-{node.name}-{j}", node.name, (j,), 500 if share else 1000, 8000,
                 64 * 1024, rng.choice(TEAMS), Purpose.TRAINING, PriorityClass.NORMAL,
                 node.gpu_model, NOW - timedelta(hours=3)))
-    requests: list[Request] = []
-    classes = list(PriorityClass)
-    for i in range(pending):
+    # A queue comes from pipelines: each template is one (team, job) that submits many
+    # requests of one shape, model set and dataset; priority, age and readiness vary.
+    templates = []
+    for _ in range(TEMPLATES):
         kind = rng.choices(("1", "2", "4", "8", "share", "gang"), (30, 15, 10, 10, 25, 5))[0]
         gpus, milli, parts = {"1": (1, 1000, 1), "2": (2, 1000, 1), "4": (4, 1000, 1),
                               "8": (8, 1000, 1), "share": (1, rng.choice((250, 500)), 1),
@@ -77,14 +80,19 @@ def synthetic_snapshot(pending: int, nodes: int, seed: int) -> Snapshot:
         models = frozenset() if rng.random() < 0.5 else frozenset(
             rng.sample(list(MODELS), rng.choice((1, 2))))
         zone = rng.choice((None, *ZONES))
-        ds = None if zone is None else Dataset(f"s3://d/{i}", zone, rng.choice((10.0, 200.0,
-                                                                                  4000.0)))
+        size = rng.choice((10.0, 200.0, 4000.0))
+        purpose = Purpose.TRAINING if rng.random() < 0.8 else Purpose.INFERENCE
+        templates.append((gpus, milli, parts, models, zone, size, rng.choice(TEAMS), purpose))
+    requests: list[Request] = []
+    classes = list(PriorityClass)
+    for i in range(pending):
+        gpus, milli, parts, models, zone, size, team, purpose = rng.choice(templates)
+        ds = None if zone is None else Dataset(f"s3://d/{i}", zone, size)
         requests.append(Request(
-            f"r{i:05d}", rng.choice(TEAMS),
-            Purpose.TRAINING if rng.random() < 0.8 else Purpose.INFERENCE,
-            rng.choices(classes, (3, 10, 50, 20, 17))[0], gpus=gpus, gpu_milli=milli,
-            nodes=parts, gpu_models=models, cpu_milli=gpus * 4000,
-            memory_mib=gpus * 32 * 1024, dataset=ds, data_ready=rng.random() > 0.03,
+            f"r{i:05d}", team, purpose, rng.choices(classes, (3, 10, 50, 20, 17))[0],
+            gpus=gpus, gpu_milli=milli, nodes=parts, gpu_models=models,
+            cpu_milli=gpus * 4000, memory_mib=gpus * 32 * 1024, dataset=ds,
+            data_ready=rng.random() > 0.03,
             submitted_at=NOW - timedelta(minutes=rng.randint(0, 720))))
     total_gpus = sum(n.gpu_count for n in fleet)
     quotas = tuple(Quota(t, p, round(total_gpus * share), NOW - timedelta(days=1),
@@ -101,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python "
-          f"{platform.python_version()}, OR-Tools {ortools.__version__}")
+          f"{platform.python_version()}, OR-Tools {ortools.__version__}, load average "
+          f"{os.getloadavg()[0]:.1f} at start (shared machine: wall times scale with it)")
     print(f"policy: solver_time_limit_s={Policy().solver_time_limit_s}, "
           f"workers={Policy().solver_workers}, seed={Policy().solver_seed}")
     head = (f"{'pending x nodes':>16} {'wall s':>7} {'greedy s':>8} {'status':>8} "
@@ -120,10 +129,11 @@ def main(argv: list[str] | None = None) -> int:
         st = result.stats
         ub = st.upper_bound
         gap = f"{100 * (ub - st.objective) / ub:.3f}" if ub else "-"
+        detail = f"  [{st.detail}; load {os.getloadavg()[0]:.1f}]"
         print(f"{pending:>7} x {nodes:<6} {wall:>7.3f} {greedy_s:>8.3f} {st.status.value:>8} "
               f"{st.objective:>16.0f} {st.greedy_objective:>16.0f} "
               f"{ub if ub is not None else float('nan'):>16.0f} {gap:>6} "
-              f"{len(result.placements):>7} {len(base.placements):>13}")
+              f"{len(result.placements):>7} {len(base.placements):>13}{detail}")
         if st.objective < st.greedy_objective:
             print("  ERROR: plan below greedy", file=sys.stderr)
             return 1
