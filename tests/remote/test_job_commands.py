@@ -251,3 +251,12 @@ def test_the_watchdog_keeps_trying_until_the_job_is_gone(tmp_path: Path) -> None
     pid_file.with_suffix(".hidden").rename(pid_file)
     status = wait_done(job)
     assert (status.exit_code, status.killed_reason) == (143, "time_limit")
+
+
+def test_a_start_that_times_out_leaves_nothing_running(tmp_path: Path) -> None:
+    job = RemoteJob("slow", str(tmp_path / "jobs"))
+    marker = tmp_path / "ran"
+    result = bash(build_start_command(f"touch {marker}; sleep 300", job, {}, start_timeout_s=0))
+    assert result.returncode == 1 and "did not start in 0s; cancelled" in result.stderr
+    status = wait_done(job)  # the monitor records the leader's refusal
+    assert (status.exit_code, marker.exists()) == (125, False)

@@ -201,18 +201,23 @@ if group_alive "$p"; then echo '{KILL_TAG} survived'; else echo '{KILL_TAG} kill
 
 def build_start_command(command: str, job: RemoteJob, env: Mapping[str, str], *,
                         time_limit_s: float | None = None,
-                        kill_grace_s: float = DEFAULT_KILL_GRACE_S) -> str:
+                        kill_grace_s: float = DEFAULT_KILL_GRACE_S,
+                        start_timeout_s: float = 60.0) -> str:
     """The command that starts ``command`` detached in its own process group.
 
     It prints ``gpu-pool-started <job_id> <pgid>`` once the group exists, and fails (exit
-    status ≠ 0) if the job directory already exists or ``setsid`` is missing.
+    status ≠ 0) if the job directory already exists, ``setsid`` is missing, or the group
+    did not appear within ``start_timeout_s`` — in which case the job is cancelled so that
+    nothing runs untracked.
     """
     if not isinstance(command, str) or not command.strip():
         raise SpecError("command", command, "a non-empty shell command to run on the node")
     d = shlex.quote(job.job_dir)
     # The job group's leader: records its pid (== pgid == sid after setsid), then becomes
-    # the author's command, interpreted by bash once.
-    leader = f"printf '%s' \"$$\" > {d}/pid\n{_exports(env)}exec bash -c {shlex.quote(command)}\n"
+    # the author's command, interpreted by bash once. A launcher that gave up waiting for it
+    # left ``cancelled``: then it must not run at all.
+    leader = (f"printf '%s' \"$$\" > {d}/pid\n[ -e {d}/cancelled ] && exit 125\n"
+              f"{_exports(env)}exec bash -c {shlex.quote(command)}\n")
     watchdog = ""
     if time_limit_s is not None:
         kill = _kill_script(job, kill_grace_s, "time_limit")
@@ -244,8 +249,14 @@ mkdir {d}
 : > {d}/log
 setsid bash -c {shlex.quote(monitor)} </dev/null >/dev/null 2>&1 &
 i=0
-while [ ! -s {d}/pid ] && [ "$i" -lt 100 ]; do sleep 0.05; i=$((i+1)); done
-[ -s {d}/pid ] || {{ echo 'gpu-pool: the job did not start' >&2; exit 1; }}
+while [ ! -s {d}/pid ] && [ "$i" -lt {int(start_timeout_s * 20)} ]; do sleep 0.05; i=$((i+1)); done
+if [ ! -s {d}/pid ]; then
+  : > {d}/cancelled
+  sleep 0.2
+  bash -c {shlex.quote(_kill_script(job, 1.0, "start_timeout"))} >/dev/null 2>&1 || true
+  echo 'gpu-pool: the job did not start in {start_timeout_s:g}s; cancelled' >&2
+  exit 1
+fi
 echo "{START_TAG} {job.job_id} $(cat {d}/pid)"
 """
 
