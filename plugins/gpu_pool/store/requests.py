@@ -166,16 +166,20 @@ def set_data_ready(conn: Connection, name: str, ready: bool, actor: str, now: da
 
 
 def set_reasons(conn: Connection, reasons: Sequence[tuple[str, str, str]], now: datetime) -> None:
-    """Record why pending requests wait: (name, code, message); unchanged rows stay as they are.
+    """Record why pending requests wait: (name, code, message).
 
-    A reason is not a state change, so no event is written: the next plan may restate it.
+    Only changed reasons are written, in one batch: a cycle restates thousands of unchanged
+    reasons and must not cost a statement each. A reason is not a state change, so no event
+    is written.
     """
-    for name, code, message in reasons:
-        conn.execute(text(
-            "UPDATE requests SET reason_code = :c, reason_message = :m, updated_at = :now "
-            "WHERE name = :n AND state = 'pending' AND (reason_code IS NULL OR reason_code <> :c"
-            " OR reason_message IS NULL OR reason_message <> :m)"),
-            {"c": code, "m": message, "now": db_time(now), "n": name})
+    current = {r[0]: (r[1], r[2]) for r in conn.execute(text(
+        "SELECT name, reason_code, reason_message FROM requests WHERE state = 'pending'"))}
+    changed = [{"c": code, "m": message, "now": db_time(now), "n": name}
+               for name, code, message in reasons
+               if name in current and current[name] != (code, message)]
+    if changed:
+        conn.execute(text("UPDATE requests SET reason_code = :c, reason_message = :m, "
+                          "updated_at = :now WHERE name = :n AND state = 'pending'"), changed)
 
 
 def release_request(conn: Connection, name: str, outcome: Outcome, actor: str, reason: str | None,
