@@ -106,8 +106,8 @@ class RemoteJobRunner:
               kill_grace_s: float = DEFAULT_KILL_GRACE_S) -> int:
         """Start the job; returns its pgid on the node."""
         script = build_start_command(command, job, env, time_limit_s=time_limit_s,
-                                     kill_grace_s=kill_grace_s)
-        status, out, err = self.exec(script)
+                                     kill_grace_s=kill_grace_s, start_timeout_s=60.0)
+        status, out, err = self.exec(script, timeout=90.0)  # outlasts the start timeout
         if status != 0:
             raise RemoteJobError(f"job {job.job_id} did not start on {self.ssh_conn_id}: "
                                  f"exit status {status}: {err.strip()[-500:]}")
