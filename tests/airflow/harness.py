@@ -71,6 +71,8 @@ class AirflowDeployment:
                               "orphaned_tasks_check_interval": 5,
                               "scheduler_health_check_threshold": 8},
                 "logging": {"base_log_folder": str(self.home / "logs")},
+                # SQLite under a loaded 2-core machine answers slowly; do not fail on it.
+                "workers": {"execution_api_timeout": 60},
                 **{k: dict(v) for k, v in self.overrides.items()},
             },
         )

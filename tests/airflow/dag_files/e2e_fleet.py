@@ -7,7 +7,7 @@ The fleet of the test is node-a (4 x A100) and node-b (2 x T4): 6 GPUs. The task
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from airflow.sdk import dag, task
 from e2e_common import probe_command
@@ -37,7 +37,7 @@ def e2e_fleet() -> None:
         GpuSSHOperator(task_id=name, command=probe_command(name, SECONDS), team="nlp",
                        poll_interval=1, **size)
 
-    @task(priority_weight=1)
+    @task(priority_weight=1, retries=3, retry_delay=timedelta(seconds=1))
     def gate() -> None:
         import time
 
