@@ -70,7 +70,7 @@ def create_allocation(conn: Connection, allocation: Allocation, actor: str,
          "purpose": str(allocation.purpose), "priority": str(allocation.priority),
          "model": allocation.gpu_model, "preemptible": bool(allocation.preemptible),
          "started": db_time(allocation.started_at), "ends_by": db_time(allocation.ends_by)})
-    for index in sorted(allocation.gpu_indices):  # a fixed order: no lock-order deadlocks
+    for index in sorted(allocation.gpu_indices):  # a fixed order within one allocation
         conn.execute(text("INSERT INTO allocation_gpus (allocation_id, node, gpu_index, milli, "
                           "active) VALUES (:id, :node, :idx, :milli, :active)"),
                      {"id": allocation_id, "node": allocation.node, "idx": index,

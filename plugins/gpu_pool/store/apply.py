@@ -5,8 +5,8 @@ Terms
 guarded write
     Every write re-checks, inside its transaction, what the plan assumed: the request is
     still pending and the placement has its shape (nodes, GPUs per node, share), its nodes
-    are still up, each GPU still has room, CPU and RAM are still
-    free. A check that fails drops that placement (with the reason) instead of raising.
+    are still up, each GPU still has room, CPU and RAM are still free. A check that fails
+    drops that placement (with the reason) instead of raising.
 drop
     A placement that lost a race or went stale. It changes nothing; the request stays
     pending and the next cycle plans it again.
@@ -21,7 +21,10 @@ Invariants
   :data:`APPLY_LOCK_KEY`, so schedulers apply one plan at a time; the database's own guard
   (the ``gpus.allocated_milli`` CHECK and triggers, the unique index on whole GPUs) forbids
   double allocation even without that lock.
-* GPU rows are written in (node, index) order so concurrent writers never deadlock.
+* Within a placement GPU rows are written in (node, index) order. Across placements the
+  plan's order holds, so two writers without the lock can form a lock cycle; PostgreSQL
+  then aborts one statement (deadlock detected) and that placement is dropped like any
+  lost race.
 * Data readiness is not re-checked here: the executor's cycle decides it from Airflow asset
   events in the snapshot it plans on, which the stored flag may lag behind.
 """
