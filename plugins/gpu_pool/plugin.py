@@ -27,6 +27,11 @@ class GpuPlacementLink(BaseOperatorLink):
     name = "GPU placement"
 
     def get_link(self, operator: object, *, ti_key: object) -> str:
+        # Global links are offered on every task; only tasks routed to the GPU executor
+        # have a placement ("" hides the link).
+        executor = getattr(operator, "executor", None)
+        if executor is not None and "gpupool" not in str(executor).replace("_", "").lower():
+            return ""
         query = {"dag_id": ti_key.dag_id, "task_id": ti_key.task_id, "run_id": ti_key.run_id}
         map_index = getattr(ti_key, "map_index", -1)
         if map_index is not None and map_index >= 0:

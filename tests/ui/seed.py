@@ -52,11 +52,15 @@ def _cycle(store: Store, policy: Policy, at: datetime) -> None:
     store.apply_plan(plan(store.load_snapshot(policy, at)), now=at, actor=ACTOR, policy=policy)
 
 
-def seed(store: Store, now: datetime) -> dict[str, Any]:
-    """Fill a migrated, empty store; returns names the tests check for."""
+def seed(store: Store, now: datetime, *, extra_nodes: int = 194,
+         bulk: int = 200) -> dict[str, Any]:
+    """Fill a migrated, empty store; returns names the tests check for.
+
+    ``extra_nodes`` (at least 48, for the down node) and ``bulk`` size the synthetic part.
+    """
     policy = Policy()
     nodes = parse_nodes_document(_demo("fleet.yaml"), "fleet.yaml", policy=policy)
-    extra = synthetic_nodes()
+    extra = synthetic_nodes(extra_nodes)
     nodes += parse_nodes(extra, source="synthetic", policy=policy)
     store.import_nodes(nodes, actor=ACTOR)
     org = yaml.safe_load(_demo("teams.yaml"))
@@ -80,7 +84,7 @@ def seed(store: Store, now: datetime) -> dict[str, Any]:
         fields["submitted_at"] = (early if i < 6 else now) - timedelta(minutes=item["minutes_ago"])
         store.submit_request(parse_request(fields, policy=policy, known_teams=teams, nodes=nodes),
                              actor=ACTOR, now=fields["submitted_at"])
-    for i in range(200):  # background load that fills part of the synthetic fleet
+    for i in range(bulk):  # background load that fills part of the synthetic fleet
         fields = {"name": f"bulk-{i:03d}", "team": ("nlp", "vision", "research", "platform",
                                                     "platform")[i % 5],
                   "gpus": (1, 2, 4, 8)[i % 4], "gpu_models": MODELS[i % 4], "time_limit": "48h",
