@@ -40,7 +40,8 @@ from gpu_pool.model import MILLI_PER_GPU, PriorityClass, Request
 
 # Scores rank penalty first: FGD deltas stay far below one penalty unit times this.
 _PENALTY_RANK = 1e8
-FGD_WORK = 20_000_000
+FGD_DECISIONS = 200
+FGD_CELLS = 200_000
 
 
 @dataclass
@@ -70,20 +71,21 @@ class Cycle:
                      self.budget, self.decisions)
 
     def fragmentation(self, candidates: int) -> FleetFragmentation | None:
-        """The FGD measure, when worth its cost for ``candidates`` rows (else best-fit).
+        """The FGD measure, when the cycle can afford it (else best-fit decides).
 
-        FGD costs O(rows x shapes) per decision. A cycle whose decisions would cost more
-        than :data:`FGD_WORK` cells in all cannot afford it within a heartbeat and falls
-        back to best-fit: the simulator (1,213 nodes x 35 shapes, 1 to 50 decisions) always
-        gets FGD, a 5,000-request cycle over 2,000 nodes does not.
+        FGD costs O(candidates x shapes) per decision plus a refresh per placement: fine
+        for the simulator's cycles (1 to 50 decisions over 1,213 nodes x 35 shapes), not for
+        a heartbeat with thousands of decisions, which uses best-fit instead. The rule
+        depends only on the cycle's size, so a given snapshot is always planned one way.
         """
-        if self.mix is None or not len(self.mix):
+        if self.mix is None or not len(self.mix) or self.decisions > FGD_DECISIONS:
             return None
-        if candidates * len(self.mix) * self.decisions > FGD_WORK:
+        if candidates * len(self.mix) > FGD_CELLS:
             return None
         if self._frag is None:
             self._frag = self.state.fragmentation(self.mix)
         return self._frag
+
     def release(self, parts: Sequence[NodeAssignment]) -> None:
         """Give capacity back (a preemption); quota and headroom budgets stay as they are."""
         self.state.release(parts)
@@ -91,7 +93,11 @@ class Cycle:
 
     def max_block(self, request: Request) -> int:
         """An upper bound on the GPUs one part of ``request`` could get on any up node now
-        (0 when it cannot get its share anywhere): rejects hopeless requests in O(1)."""
+        (0 when it cannot get its share anywhere): rejects hopeless requests in O(1).
+
+        Computed once and kept across placements, which only take capacity away, so it
+        stays an upper bound; :meth:`release` and a failed search refresh it.
+        """
         if self._blocks is None:
             up = self.state.up
             whole = int(self.state.whole_free[up].max(initial=0))
@@ -114,7 +120,6 @@ class Cycle:
                 gpu_milli=request.gpu_milli if request.gpus else 0,
                 cpu_milli=request.cpu_milli, memory_mib=request.memory_mib))
         st.apply(parts)
-        self._blocks = None
         if request.priority is not PriorityClass.CRITICAL:
             assert self.budget is not None
             self.budget -= whole_before - int(st.whole_free[rows][st.up[rows]].sum())
@@ -212,6 +217,8 @@ def fit(cycle: Cycle, request: Request, weight: int, view: RequestView, groups: 
                              found[0] if len(found) == 1 else np.concatenate(found))
             if choice is not None:
                 return choice
+    if rows is None:
+        cycle._blocks = None  # the bound let a hopeless request through: tighten it
     return None
 
 

@@ -16,8 +16,11 @@ Steps of :func:`plan_on_state`:
 
 Invariants: no I/O, no printing, inputs never mutated (the caller's :class:`FleetState`
 may gain a cache of its FGD measure, which does not change what it reports); the same
-inputs give the same plan (the solver runs with a fixed seed, and its result is only used
-when it proves better than greedy in the same units).
+inputs give the same plan (the solver runs with a fixed seed under a deterministic time
+limit, see :func:`gpu_pool.engine.cpsat.configured_solver`; only its wall-clock guard,
+at ten times the limit on an overloaded machine, can break this). ``stats.objective`` is
+the value of the placements on free capacity (step 4 or 5); placements won by
+preemption (step 6) come on top and are not counted in it.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from gpu_pool.engine import cpsat, exact, preempt
 from gpu_pool.engine.capacity import FleetState
 from gpu_pool.engine.compat import never_fits
 from gpu_pool.engine.fragmentation import TaskShape, WorkloadMix
-from gpu_pool.engine.greedy import FGD_WORK, Cycle, greedy_order, run_greedy
+from gpu_pool.engine.greedy import FGD_CELLS, FGD_DECISIONS, Cycle, greedy_order, run_greedy
 from gpu_pool.engine.objective import RequestView, aged_weight, build_view, view_key
 from gpu_pool.engine.quota import QuotaBook
 from gpu_pool.engine.reasons import ReasonInputs, pending_reason
@@ -107,7 +110,7 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
     eligible = [r for r in requests if never[r.name] is None and r.data_ready]
     # 3. the start cycle
     mix = mix_of(requests, workload_mix)
-    if len(mix) and len(mix) * state.size * max(len(eligible), 1) <= FGD_WORK:
+    if len(mix) and len(eligible) <= FGD_DECISIONS and len(mix) * state.size <= FGD_CELLS:
         state.fragmentation(mix)  # warm the caller's cache: later copies rebind, not rebuild
     start = Cycle(state.copy(), book.remaining(), policy.critical_headroom_gpus,
                   mix if len(mix) else None, decisions=max(len(eligible), 1))
