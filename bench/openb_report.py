@@ -174,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
             path = data / f"packing_{name}_{policy}_b{batch}.json"
             if policy == "engine" and engine_seeds != seeds and not path.exists():
                 use = engine_seeds  # the engine is the slow one: fewer seeds, said so
-                path = data / f"packing_{name}_{policy}_b{batch}_s{len(use)}.json"
+                fewer = sorted(data.glob(f"packing_{name}_{policy}_b{batch}_s*.json"))
+                path = (fewer[-1] if fewer else
+                        data / f"packing_{name}_{policy}_b{batch}_s{len(use)}.json")
             packing[name][label] = cached(
                 path, args.fresh,
                 lambda p=policy, b=batch, t=trace, u=use: packing_summary(
