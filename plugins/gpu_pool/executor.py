@@ -115,7 +115,7 @@ class GpuPoolExecutor(BaseExecutor):
         self.idle_replan_s = conf.getfloat(SECTION, "idle_replan_seconds", fallback=5.0)
         self.watch_interval_s = conf.getfloat(SECTION, "watch_interval_seconds", fallback=2.0)
         # Admission writes to the store; bounding it per beat bounds a burst's added latency.
-        self.max_admit = conf.getint(SECTION, "max_admit_per_heartbeat", fallback=64)
+        self.max_admit = conf.getint(SECTION, "max_admit_per_heartbeat", fallback=16)
         self.reconcile_interval_s = conf.getfloat(SECTION, "reconcile_interval_seconds",
                                                   fallback=30.0)
         self._last_reconcile = 0.0
