@@ -69,8 +69,11 @@ class Mailbox:
 
 @pytest.fixture
 def smtp_server() -> Iterator[Mailbox]:
+    import logging
+
     from aiosmtpd.controller import Controller
 
+    logging.getLogger("mail.log").setLevel(logging.WARNING)  # per-connection chatter
     box = Mailbox("127.0.0.1", free_port())
 
     class Handler:
