@@ -57,6 +57,9 @@ NOTES = (
     "- With `--batch K` the allocation at a level counts only tasks arrived by then.",
     "- Every placement is re-checked by the simulator's own fleet (capacity, CPU, RAM, "
     "models); `--placements` writes them for anyone to re-check.",
+    "- Times were taken on a 2-core machine shared with other jobs (load average 6-8), so "
+    "they are upper bounds; `[n seeds]` marks engine cells run on fewer seeds for lack of "
+    "time.",
 )
 
 
@@ -68,9 +71,12 @@ def find_traces(root: Path) -> list[tuple[str, Path, Path]]:
     return found
 
 
-def cached(path: Path, fresh: bool, compute) -> dict[str, Any]:
+def cached(path: Path, fresh: bool, compute, cached_only: bool = False) -> dict[str, Any] | None:
     if path.exists() and not fresh:
         return json.loads(path.read_text())
+    if cached_only:
+        print(f"  {path.name}: not computed (--cached-only)", flush=True)
+        return None
     t0 = time.time()
     result = compute()
     result["wall_seconds"] = time.time() - t0
@@ -151,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fleet-fraction", type=float, default=0.004,
                         help="replay fleet share (see gpu_pool.sim.replay)")
     parser.add_argument("--fresh", action="store_true", help="recompute cached results")
+    parser.add_argument("--cached-only", action="store_true",
+                        help="render only what is already under OUT/data")
     args = parser.parse_args(argv)
     out = Path(args.out)
     data = out / "data"
@@ -177,18 +185,23 @@ def main(argv: list[str] | None = None) -> int:
                 fewer = sorted(data.glob(f"packing_{name}_{policy}_b{batch}_s*.json"))
                 path = (fewer[-1] if fewer else
                         data / f"packing_{name}_{policy}_b{batch}_s{len(use)}.json")
-            packing[name][label] = cached(
+            result = cached(
                 path, args.fresh,
                 lambda p=policy, b=batch, t=trace, u=use: packing_summary(
-                    t, run_policy(t, p, u, batch=b), curve=True))
+                    t, run_policy(t, p, u, batch=b), curve=True), args.cached_only)
+            if result is not None:
+                packing[name][label] = result
         if trace.tasks[0].creation_time is None:
             continue
         replay[name] = {}
         for policy in REPLAY_POLICIES:
             config = ReplayConfig(fleet_fraction=args.fleet_fraction)
-            replay[name][policy] = cached(
+            result = cached(
                 data / f"replay_{name}_{policy}.json", args.fresh,
-                lambda p=policy, c=config, t=trace: replay_summary(run_replay(t, p, c)))
+                lambda p=policy, c=config, t=trace: replay_summary(run_replay(t, p, c)),
+                args.cached_only)
+            if result is not None:
+                replay[name][policy] = result
     (out / "openb.md").write_text(render(packing, replay, args, out))
     print(f"wrote {out / 'openb.md'}")
     return 0
@@ -208,7 +221,7 @@ def engine_commit() -> str:
 
 def render(packing: dict, replay: dict, args: argparse.Namespace, out: Path) -> str:
     names = list(packing)
-    labels = list(next(iter(packing.values())))
+    labels = [*POLICIES, f"engine --batch {args.batch}"]
     lines = [
         "# openb benchmarks: the engine against the FGD paper's baselines",
         "",
@@ -230,8 +243,11 @@ def render(packing: dict, replay: dict, args: argparse.Namespace, out: Path) -> 
     for label in labels:
         cells = []
         for n in names:
-            s = packing[n][label]
+            s = packing[n].get(label)
             pub = PUBLISHED.get(n, {}).get(label)
+            if s is None:
+                cells.append("not run" + (f" ({pub:.2f})" if pub is not None else ""))
+                continue
             cell = f"{s['median_unallocated_pct']:.2f}"
             if len(s["seeds"]) != len(parse_seeds(args.seeds)):
                 cell += f" [{len(s['seeds'])} seeds]"
@@ -243,7 +259,8 @@ def render(packing: dict, replay: dict, args: argparse.Namespace, out: Path) -> 
     for label in labels:
         cells = [f"{packing[n][label]['decision_ms']['median']:.2f} / "
                  f"{packing[n][label]['decision_ms']['max']:.0f} "
-                 f"({packing[n][label].get('wall_seconds', 0):.0f} s)" for n in names]
+                 f"({packing[n][label].get('wall_seconds', 0):.0f} s)"
+                 if label in packing[n] else "not run" for n in names]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", *NOTES, ""]
     for n in names:
