@@ -133,7 +133,8 @@ class FleetState:
 
     def fragmentation(self, mix: WorkloadMix) -> FleetFragmentation:
         """The FGD measure of this state against ``mix``, built once and kept up to date."""
-        frag = self._frag.get(mix)
+        # Identity first: hashing a mix of dozens of shapes costs more than the lookup.
+        frag = next((f for m, f in self._frag.items() if m is mix), None) or self._frag.get(mix)
         if frag is None:
             if len(self._frag) >= 4:  # a long-lived state sees a drifting mix: keep a few
                 self._frag.pop(next(iter(self._frag)))

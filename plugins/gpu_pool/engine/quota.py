@@ -103,6 +103,8 @@ class QuotaBook:
 
     def groups_by_row(self, request: Request, models: Sequence[str | None]) -> np.ndarray:
         """:meth:`group_of` for every row of a layout (one lookup per distinct model)."""
+        if self.open_fleet:
+            return np.full(len(models), UNLIMITED, dtype=np.int64)
         per_model = {m: self.group_of(request, m) for m in set(models)}
         return np.array([per_model[m] for m in models], dtype=np.int64)
 
