@@ -230,7 +230,9 @@ def test_scheduler_killed_mid_run_is_restarted_and_adopts(e2e: E2E) -> None:
     wait_for(both_running, 180, "both long tasks to start on the nodes", dep.diagnose)
     held_before = {a.request_name for a in e2e.store.active_allocations()}
     dep.kill("scheduler", signal.SIGKILL)
-    time.sleep(3)
+    # A crashed scheduler is declared dead after [scheduler] scheduler_health_check_threshold
+    # (8 s here); the new one adopts at start-up once that has passed.
+    time.sleep(12)
     dep.start("scheduler")
     states = dep.wait_dag_done("e2e_restart", 2, 240)
     assert states == {"long_1": "success", "long_2": "success"}, dep.diagnose()
