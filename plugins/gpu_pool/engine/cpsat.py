@@ -168,7 +168,8 @@ def _fit_per_row(r: Request, st: FleetState, rows: np.ndarray) -> np.ndarray:
 
 def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
                   views: dict[str, RequestView], groups: dict[str, np.ndarray],
-                  greedy: Sequence[Placement], policy: Policy) -> SolverResult:
+                  greedy: Sequence[Placement], policy: Policy,
+                  greedy_value: int | None = None) -> SolverResult:
     st = start.state
     grp = node_groups(start)
     n_groups = len(grp.rep)
@@ -291,6 +292,12 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
     else:
         return SolverResult([], -1, None, SolveStatus.GREEDY, None,
                             f"solver {solver.status_name(status)} ({size})")
+    bound = float(solver.best_objective_bound)
+    if greedy_value is not None and solver.objective_value <= greedy_value:
+        # The relaxation found nothing better than greedy: disaggregating it (a full greedy
+        # pass over the classes) would almost surely not win, and costs a second pass.
+        return SolverResult([], -1, None, kind, bound,
+                            f"{size}; relaxation {solver.objective_value:.0f} <= greedy")
     chosen: dict[int, list[Request]] = {}
     for (t, b), var in y.items():
         n = solver.value(var)
@@ -300,7 +307,7 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
     cycle = start.clone()
     placements, value = disaggregate(cycle, type_list, chosen, allot, grp, ordered, weights,
                                      views, groups)
-    return SolverResult(placements, value, cycle, kind, float(solver.best_objective_bound),
+    return SolverResult(placements, value, cycle, kind, bound,
                         f"{size}; relaxation {solver.objective_value:.0f}")
 
 

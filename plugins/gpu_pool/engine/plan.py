@@ -129,7 +129,7 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
                                        policy, cand)
         else:
             result = cpsat.solve_classes(start, ordered, weights, views, groups, placements,
-                                         policy)
+                                         policy, greedy_value)
         upper = result.upper_bound
         improved = result.value > greedy_value and result.cycle is not None
         if improved:
