@@ -84,8 +84,12 @@ class AirflowDeployment:
         return env
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True,
-                              timeout=timeout, check=True, cwd=self.home)
+        done = subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True,
+                              timeout=timeout, check=False, cwd=self.home)
+        if done.returncode != 0:
+            raise AssertionError(f"airflow {' '.join(args)} exited {done.returncode}:\n"
+                                 f"{done.stderr[-3000:]}")
+        return done
 
     def migrate(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
