@@ -73,7 +73,8 @@ if TYPE_CHECKING:
 
 SPEC_KEY = "gpu_pool"
 SECTION = "gpu_pool"
-_ALIVE = frozenset({"queued", "running", "restarting", "deferred", "scheduled", "up_for_reschedule"})
+_ALIVE = frozenset({"queued", "running", "restarting", "deferred", "scheduled",
+                    "up_for_reschedule"})
 
 
 @dataclass
@@ -327,16 +328,20 @@ class GpuPoolExecutor(BaseExecutor):
                               reason=f"task {state} while unwatched")
 
     def _on_exit(self, started: _Started, state: str | None) -> None:
+        """The task process ended. Release only if its task instance ended too.
+
+        A live state here means the task deferred (the triggerer watches the remote job), was
+        already resumed — possibly queued or started by another scheduler — or its process
+        died; in every case the allocation is kept and the task instance watched until it
+        ends (a dead one is failed by the scheduler's heartbeat check). As LocalExecutor does,
+        the exit is reported as success: reporting failure for a QUEUED task instance would
+        make the scheduler fail a resumed task.
+        """
         del self._started[started.key]
-        if state == "deferred":
-            # The remote job runs on; the triggerer watches it. Keep the GPUs.
-            self.success(started.key)
+        self.success(started.key)
+        if state in _ALIVE:
             self._watched[started.key] = _Watched(started.key, started.ti_id, started.name, False)
             return
-        if state in ("queued", "running", "restarting"):
-            self.fail(started.key, info="gpu-pool: task process exited without a final state")
-        else:
-            self.success(started.key)
         self._release(started.key, started.name, state)
 
     def _on_watch(self, watched: _Watched, state: str | None) -> None:
