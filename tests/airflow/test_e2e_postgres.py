@@ -66,6 +66,7 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
         _database(store_db, False)
 
 
+@pytest.mark.xfail(strict=False, reason="issue 4 open: no GPU is held twice and all ten tasks succeed, but on an idle machine one scheduler admits every request, so the test does not yet show both schedulers placing")
 def test_two_schedulers_never_hold_a_gpu_twice(ha: E2E) -> None:
     states = ha.run_dag("e2e_ha", 10, timeout=420)
     assert set(states.values()) == {"success"}, (states, ha.dep.diagnose())
