@@ -1,4 +1,4 @@
-# The two set-up commands of the README: `make demo` and `make test`.
+# The two set-up commands of the README: `make demo` (Airflow on a simulated fleet) and `make test`.
 # Each creates the virtual environment .venv on first use.
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
@@ -11,10 +11,13 @@ $(BIN)/gpu-pool: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]' 2>&1 | { grep -v '^WARNING: Location' || true; }
 	touch $(BIN)/gpu-pool
 
-.PHONY: install demo test bench lint
+.PHONY: install demo demo-engine test bench lint
 install: $(BIN)/gpu-pool
 
 demo: install
+	$(BIN)/gpu-pool demo --airflow
+
+demo-engine: install
 	$(BIN)/gpu-pool demo
 
 test: install

@@ -31,7 +31,11 @@ START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)  # a weekday morning: peak hours
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = add_command(subparsers, "demo", "run the demo on a fresh embedded store")
+    from gpu_pool.cli.airflow_demo import add_arguments
+
+    p = add_command(subparsers, "demo", "run the demo: the engine on a fresh embedded store, "
+                                        "or with --airflow in a real Airflow")
+    add_arguments(p)
     p.set_defaults(func=demo)
 
 
@@ -41,6 +45,11 @@ def _data(name: str) -> str:
 
 def demo(args: argparse.Namespace, out: Any = None) -> int:
     import sys
+
+    if getattr(args, "airflow", False):
+        from gpu_pool.cli.airflow_demo import airflow_demo
+
+        return airflow_demo(args, out)
 
     from gpu_pool.store import Store
 
