@@ -50,32 +50,30 @@ class AirflowDeployment:
 
     @property
     def env(self) -> dict[str, str]:
-        values = airflow_config.settings(
-            store_url=self.store_url,
-            dags_folder=self.dags_folder,
-            idle_replan_seconds=1.0,
-            extra={
-                "core": {
-                    "dags_are_paused_at_creation": False,
-                    "execution_api_server_url": f"http://127.0.0.1:{self.port}/execution/",
-                    "parallelism": 32,
-                    "min_serialized_dag_update_interval": 1,
-                },
-                "database": {"sql_alchemy_conn": self.metadata_url
-                             or f"sqlite:///{self.home / 'airflow.db'}"},
-                "api_auth": {"jwt_secret": "gpu-pool-e2e-secret"},
-                "api": {"secret_key": "gpu-pool-e2e-secret", "port": self.port,
-                        "base_url": f"http://127.0.0.1:{self.port}"},
-                "dag_processor": {"refresh_interval": 2, "min_file_process_interval": 2},
-                "scheduler": {"scheduler_heartbeat_sec": 1, "task_queued_timeout": 600,
-                              "orphaned_tasks_check_interval": 5,
-                              "scheduler_health_check_threshold": 8},
-                "logging": {"base_log_folder": str(self.home / "logs")},
-                # SQLite under a loaded 2-core machine answers slowly; do not fail on it.
-                "workers": {"execution_api_timeout": 60},
-                **{k: dict(v) for k, v in self.overrides.items()},
+        extra: dict[str, dict[str, object]] = {
+            "core": {
+                "dags_are_paused_at_creation": False,
+                "execution_api_server_url": f"http://127.0.0.1:{self.port}/execution/",
+                "parallelism": 32,
+                "min_serialized_dag_update_interval": 1,
             },
-        )
+            "database": {"sql_alchemy_conn": self.metadata_url
+                         or f"sqlite:///{self.home / 'airflow.db'}"},
+            "api_auth": {"jwt_secret": "gpu-pool-e2e-secret"},
+            "api": {"secret_key": "gpu-pool-e2e-secret", "port": self.port,
+                    "base_url": f"http://127.0.0.1:{self.port}"},
+            "dag_processor": {"refresh_interval": 2, "min_file_process_interval": 2},
+            "scheduler": {"scheduler_heartbeat_sec": 1, "task_queued_timeout": 600,
+                          "orphaned_tasks_check_interval": 5,
+                          "scheduler_health_check_threshold": 8},
+            "logging": {"base_log_folder": str(self.home / "logs")},
+            # SQLite under a loaded 2-core machine answers slowly; do not fail on it.
+            "workers": {"execution_api_timeout": 60},
+        }
+        for section, values in self.overrides.items():  # merged key by key, not replaced
+            extra.setdefault(section, {}).update(values)
+        values = airflow_config.settings(store_url=self.store_url, dags_folder=self.dags_folder,
+                                         idle_replan_seconds=1.0, extra=extra)
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
         env.update(airflow_config.as_environment(values))
         env.update({"AIRFLOW_HOME": str(self.home), "PYTHONUNBUFFERED": "1",
