@@ -64,7 +64,7 @@ CASES = [
     ("outranked", [A100_3],
      [make_request("x", 4, priority=PriorityClass.LOW),
       make_request("y", 2, priority=PriorityClass.HIGH)], (), Policy(), (),
-     ReasonCode.OUTRANKED, "outranked: the capacity it fits in went to higher-priority"),
+     ReasonCode.OUTRANKED, "outranked: the capacity it fits in went to requests ranked ahead of it"),
 ]
 
 

@@ -130,8 +130,9 @@ def pending_reason(request: Request, weight: int, view: RequestView, groups: np.
                              f"in {zone}")
     if fit(inputs.start, request, weight, view, groups) is not None:
         return PendingReason(name, ReasonCode.OUTRANKED,
-                             "outranked: the capacity it fits in went to higher-priority "
-                             "requests this cycle")
+                             "outranked: the capacity it fits in went to requests ranked "
+                             "ahead of it this cycle (higher priority, longer wait or a "
+                             "better fit)")
     if inputs.start.headroom:
         relaxed = Cycle(inputs.start.state, inputs.start.remaining, 0, inputs.start.mix,
                         inputs.start.state.whole_free_up())
