@@ -12,8 +12,9 @@ candidate row
     with ``gpu_milli`` free for a share), and quota left on the row's group.
 node choice
     Among candidate rows, the lowest ``penalty`` (right-size, data move) first, then the
-    best FGD score against the workload mix, then best-fit on free GPU milli
-    (:func:`node_cost`; best-fit alone when the mix is empty). Whole GPUs take the lowest fully free indices;
+    best FGD score against the workload mix weighed against a fixed scrambled node order
+    (:func:`node_cost`, :func:`node_order`; best-fit on free GPU milli alone when there
+    is no FGD measure). Whole GPUs take the lowest fully free indices;
     a share takes the tightest GPU that holds it. A gang takes its K best distinct rows.
 
 Order: aged weight descending, then larger requests first, then older, then by name:
@@ -26,6 +27,7 @@ over-allocates a GPU, CPU or RAM.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -42,6 +44,8 @@ from gpu_pool.model import MILLI_PER_GPU, PriorityClass, Request
 _PENALTY_RANK = 1e8
 FGD_DECISIONS = 200
 FGD_CELLS = 200_000
+# FGD score points a node's place in the fixed fill order is worth (see node_cost).
+ORDER_POINTS = 4.0
 
 
 @dataclass
@@ -167,22 +171,44 @@ def _tightest_cols(st: FleetState, rows: np.ndarray, milli: int) -> np.ndarray:
     return np.where(free >= milli, free, MILLI_PER_GPU + 1).argmin(axis=1)
 
 
+def node_order(state: FleetState) -> np.ndarray:
+    """Per row a fixed rank in [0, 1) from the node's name (CRC-32): the order in which
+    :func:`node_cost` prefers to fill nodes. Fixed, so placements keep going to the same
+    nodes and leave the others whole (first-fit consolidation, as deterministic as the
+    rest of the plan); scrambled, so it favours no model and no node size."""
+    layout = state.layout
+    rank = layout.views.get("node_order")
+    if rank is None:
+        rank = np.array([zlib.crc32(n.encode()) for n in layout.names],
+                        dtype=np.float64) / 2.0**32
+        layout.views["node_order"] = rank
+    return rank
+
+
 def node_cost(cycle: Cycle, request: Request, rows: np.ndarray,
               share_cols: np.ndarray | None) -> np.ndarray:
     """Fragmentation cost per candidate row: lower is better, below :data:`_PENALTY_RANK`.
 
-    FGD's own node score, ``trunc(100 * sigmoid(-delta / 1000))`` (delta: growth of
-    expected fragmentation), ranks first; best-fit (free GPU milli left) breaks its ties.
-    The rounding is deliberate: on the openb trace the exact FGD delta alone packs worse
-    (7.8 % unallocated on seed 42) than FGD's score with best-fit among equals (4.77 %),
-    because best-fit consolidates where FGD sees no difference worth a point.
+    ``(100 - FGD score) + ORDER_POINTS * order``: FGD's own node score
+    ``trunc(100 * sigmoid(-delta / 1000))`` (delta: growth of expected fragmentation, milli;
+    0..100 points) against a fixed node order (:func:`node_order`, 0..1) worth up to
+    :data:`ORDER_POINTS` points. A node earlier in the order wins unless FGD rates another
+    node that many points better: FGD's judgement where it sees a clear difference,
+    first-fit consolidation where it does not. Without an FGD measure (empty mix, or a
+    cycle too large to afford it) best-fit on free GPU milli decides.
+
+    Measured on the openb trace (unallocated GPU %, median of seeds 42-44; default /
+    gpuspec10): the exact FGD delta alone packs worst (7.8 on default seed 42); FGD's score
+    with best-fit ties 4.68 / 5.51 (best-fit leans to the nodes with the fewest GPUs and
+    used up the 2-GPU T4 nodes that T4-only tasks need); with the fixed order as a mere
+    tie-break 4.60 / 4.88; with the order worth about four points 4.47 / 4.65. The
+    ten-seed figures of every trace are in docs/benchmarks/openb.md.
     """
     st = cycle.state
-    left = (np.maximum(st.gpu_free[rows], 0).sum(axis=1)
-            - request.gpus * request.gpu_milli).astype(np.float64)
     frag = cycle.fragmentation(len(rows))
     if frag is None:
-        return left
+        return (np.maximum(st.gpu_free[rows], 0).sum(axis=1)
+                - request.gpus * request.gpu_milli).astype(np.float64)
     if share_cols is not None:
         delta = frag.delta_share(rows, share_cols, request.gpu_milli,
                                        request.cpu_milli, request.memory_mib)
@@ -190,7 +216,7 @@ def node_cost(cycle: Cycle, request: Request, rows: np.ndarray,
         delta = frag.delta_whole(rows, request.gpus, request.cpu_milli,
                                        request.memory_mib)
     score = np.trunc(100.0 / (1.0 + np.exp(np.clip(delta / 1000.0, -50.0, 50.0))))
-    return (100.0 - score) * 1e5 + left
+    return (100.0 - score) + ORDER_POINTS * node_order(st)[rows]
 
 
 def fit(cycle: Cycle, request: Request, weight: int, view: RequestView, groups: np.ndarray,
