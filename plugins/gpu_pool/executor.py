@@ -30,6 +30,11 @@ Design choices against Airflow's traps (see ``shared/design/airflow-3.3-notes.md
   ``slots_available`` admits at most ``[gpu_pool] max_held_tasks`` waiting workloads, so
   the rest of a GPU backlog stays SCHEDULED (ordered by ``priority_weight``) and ordinary
   tasks keep the shared ``[core] parallelism``.
+* **Deferred tasks come back.** A deferred GPU task keeps its GPUs and must be queued again
+  to resume once its trigger fires. If waiting workloads filled the held bound, that resume
+  could never be queued while the waiting ones wait for exactly those GPUs: a deadlock. So
+  every deferred task whose trigger has fired (its task instance is SCHEDULED again) adds
+  one slot beyond the bound until it is back.
 * **Restarts.** Task processes run in their own session and outlive the scheduler;
   ``try_adopt_task_instances`` adopts RUNNING GPU tasks whose allocation is active in the
   store, and waiting (QUEUED) ones are handed back to be reset with their request cancelled.
@@ -125,6 +130,7 @@ class GpuPoolExecutor(BaseExecutor):
         self._names: dict[TaskInstanceKey, str] = {}
         self._started: dict[TaskInstanceKey, _Started] = {}
         self._watched: dict[TaskInstanceKey, _Watched] = {}
+        self._resumes_due = 0  # watched deferred tasks whose trigger fired: owed a slot
         self._last_watch = 0.0
         self.last_cycle_seconds = 0.0
 
@@ -166,7 +172,8 @@ class GpuPoolExecutor(BaseExecutor):
 
     @property
     def slots_available(self) -> int:
-        return max(0, min(self.parallelism - len(self.running), self.max_held - len(self.queued_tasks)))
+        waiting_room = max(0, self.max_held - len(self.queued_tasks))
+        return max(0, min(self.parallelism - len(self.running), waiting_room + self._resumes_due))
 
     # -- heartbeat ---------------------------------------------------------------------
 
@@ -282,6 +289,8 @@ class GpuPoolExecutor(BaseExecutor):
             states = airflow_reads.task_states(w.ti_id for w in self._watched.values())
             for watched in list(self._watched.values()):
                 self._on_watch(watched, states.get(watched.ti_id))
+            self._resumes_due = sum(1 for w in self._watched.values()
+                                    if states.get(w.ti_id) == "scheduled")
         if self._started and now - self._last_held_check >= self.watch_interval_s:
             self._last_held_check = now
             self._stop_dispossessed()

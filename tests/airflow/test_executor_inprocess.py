@@ -141,3 +141,33 @@ def test_a_task_whose_allocation_ended_elsewhere_is_stopped(executor: Any, store
         for proc in (keeper, victim):
             proc.kill()
             proc.wait()
+
+
+def test_a_deferred_task_due_to_resume_gets_a_slot_past_a_full_backlog(
+        executor: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Waiting workloads fill the bound while a deferred task holds the GPUs they wait for:
+    without a slot for its resume the two would wait for each other forever."""
+    from gpu_pool.executor import _Watched
+    from gpu_pool.executor_support import airflow_reads
+
+    deferred = _workload("deferred", {"team": "nlp", "gpus": 2})
+    executor._watched[deferred.ti.key] = _Watched(deferred.ti.key, str(deferred.ti.id),
+                                                  "deferred-request", False)
+    for i in range(3):
+        wl = _workload(f"w{i}", {"team": "nlp", "gpus": 2})
+        executor.queued_tasks[wl.ti.key] = wl
+    states = {str(deferred.ti.id): "deferred"}
+    monkeypatch.setattr(airflow_reads, "task_states",
+                        lambda ids: {i: states.get(i) for i in ids})
+    monkeypatch.setattr(executor, "reconcile_interval_s", 1e9)
+    executor.watch_interval_s = 0.0
+    executor._reap()
+    assert executor.slots_available == 0  # still in the triggerer: nothing owed
+    states[str(deferred.ti.id)] = "scheduled"  # its trigger fired: it must be queued again
+    executor._reap()
+    assert executor.slots_available == 1
+    executor.queued_tasks[deferred.ti.key] = deferred  # the scheduler queued the resume
+    states[str(deferred.ti.id)] = "queued"
+    executor._reap()
+    assert deferred.ti.key not in executor._watched
+    assert executor.slots_available == 0  # back to the bound
