@@ -219,7 +219,6 @@ def test_time_limit_kills_the_remote_process_group(e2e: E2E) -> None:
     assert_released(e2e, "e2e_time_limit")
 
 
-@pytest.mark.xfail(strict=False, reason="issue 4 open: on an idle machine both long tasks succeed on try 1 across the restart, but the deferred tasks are never adopted by the new scheduler's executor (0 'Adopted GPU task' lines), so adoption itself is not yet shown")
 def test_scheduler_killed_mid_run_is_restarted_and_adopts(e2e: E2E) -> None:
     shutil.copy(DAG_FILES / "e2e_restart.py", e2e.dags / "e2e_restart.py")
     dep = e2e.dep
