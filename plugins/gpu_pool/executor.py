@@ -321,6 +321,7 @@ class GpuPoolExecutor(BaseExecutor):
         cycle = self._require_cycle()
         mine = {s.name for s in self._started.values()} | {w.name for w in self._watched.values()}
         ti_of: dict[str, str] = {}
+        links: dict[str, dict[str, Any]] = {}
         for allocation in cycle.store.active_allocations():
             name = allocation.request_name
             if name in mine or name in ti_of:
@@ -328,13 +329,20 @@ class GpuPoolExecutor(BaseExecutor):
             external = cycle.store.request_external(name) or {}
             if external.get("executor_key"):
                 ti_of[name] = str(external["executor_key"])
+                links[name] = external
         states = airflow_reads.task_states(ti_of.values())
         for name, ti_id in ti_of.items():
             state = states.get(ti_id)
             if state not in _ALIVE:
                 self.log.info("Releasing %s: its task instance is %s", name, state)
+                link = links[name]
+                metrics = {}
+                with contextlib.suppress(Exception):  # the GPUs go back regardless
+                    metrics = airflow_reads.pushed_metrics(
+                        str(link.get("dag_id")), str(link.get("task_id")),
+                        str(link.get("run_id")), int(link.get("map_index", -1)))
                 cycle.release(name, Outcome.SUCCESS if state == "success" else Outcome.FAILED,
-                              reason=f"task {state} while unwatched")
+                              reason=f"task {state} while unwatched", metrics=metrics)
 
     def _on_exit(self, started: _Started, state: str | None) -> None:
         """The task process ended. Release only if its task instance ended too.
@@ -370,9 +378,19 @@ class GpuPoolExecutor(BaseExecutor):
         outcome = Outcome.SUCCESS if state == "success" else Outcome.FAILED
         self._names.pop(key, None)
         try:
-            self._require_cycle().release(name, outcome, reason=f"task {state or 'gone'}")
+            self._require_cycle().release(name, outcome, reason=f"task {state or 'gone'}",
+                                          metrics=self._pushed_metrics(key))
         except GpuPoolError as error:
             self.log.warning("Release of %s failed: %s", name, error)
+
+    def _pushed_metrics(self, key: TaskInstanceKey) -> dict[str, float]:
+        """The ``gpu_pool_metrics`` XCom of the task, for its ledger row ({} if none)."""
+        try:
+            return airflow_reads.pushed_metrics(key.dag_id, key.task_id, key.run_id,
+                                                key.map_index)
+        except Exception as error:  # the GPUs go back regardless
+            self.log.warning("Could not read the metrics of %s: %s", key, error)
+            return {}
 
     # -- scheduler hooks ---------------------------------------------------------------
 

@@ -260,3 +260,33 @@ def test_a_start_that_times_out_leaves_nothing_running(tmp_path: Path) -> None:
     assert result.returncode == 1 and "did not start in 0s; cancelled" in result.stderr
     status = wait_done(job)  # the monitor records the leader's refusal
     assert (status.exit_code, marker.exists()) == (125, False)
+
+
+@pytest.mark.parametrize(("text", "metrics", "problem"), [
+    ("", {}, None),
+    ('{"val_loss": 0.5, "steps": 1200}', {"val_loss": 0.5, "steps": 1200.0}, None),
+    ("not json", {}, "not JSON"),
+    ("[1, 2]", {}, "got a JSON list; expected an object"),
+    ('{"ok": 1, "bad": "high", "flag": true}', {"ok": 1.0}, "'bad': got 'high'"),
+    ('{"nan": NaN}', {}, "'nan': got nan; expected a finite number"),
+    ('{"' + "k" * 65 + '": 1}', {}, "a name of 1 to 64 characters"),
+])
+def test_parse_metrics(text: str, metrics: dict, problem: str | None) -> None:
+    from gpu_pool.remote.job import parse_metrics
+
+    got, problems = parse_metrics(text, "node-a:/jobs/j/metrics.json")
+    assert got == metrics
+    if problem is None:
+        assert problems == []
+    else:
+        assert any(problem in p and p.startswith("node-a:/jobs/j/metrics.json") for p in problems)
+
+
+def test_metrics_file_is_exported_and_read_quoted() -> None:
+    from gpu_pool.remote.job import build_metrics_read_command
+
+    job = RemoteJob("j1", "/srv/jobs")
+    env = job_environment(JobPlacement("node-a", (0,), "r"), job)
+    assert env["GPU_POOL_METRICS_FILE"] == "/srv/jobs/j1/metrics.json"
+    assert build_metrics_read_command(job) == (
+        "head -c 65536 /srv/jobs/j1/metrics.json 2>/dev/null || true")

@@ -245,3 +245,23 @@ def test_connection_secrets_never_reach_the_logs(sshd_fleet: Fleet, base_dir: st
     out = "".join(capfd.readouterr())
     assert "[node-b] ran" in out
     assert secret not in out
+
+
+def test_metrics_the_command_writes_are_pushed_and_bad_ones_said(
+        allocated: RemoteAllocation, capfd: pytest.CaptureFixture[str]) -> None:
+    op = GpuSSHOperator(
+        task_id="train", gpus=2, team="nlp", poll_interval=0.2, deferrable=False,
+        command='printf \'{"val_loss": 0.25, "gpu_mem_peak_mib": 30500, "note": "x"}\' '
+                '> "$GPU_POOL_METRICS_FILE"')
+    ti = FakeTI()
+    op.execute({"ti": ti})
+    assert ti.xcom["gpu_pool_metrics"] == {"val_loss": 0.25, "gpu_mem_peak_mib": 30500.0}
+    assert "'note': got 'x'; expected a finite number" in "".join(capfd.readouterr())
+
+
+def test_no_metrics_file_pushes_nothing(allocated: RemoteAllocation) -> None:
+    op = GpuSSHOperator(task_id="train", command="true", gpus=2, team="nlp",
+                        poll_interval=0.2, deferrable=False)
+    ti = FakeTI()
+    op.execute({"ti": ti})
+    assert "gpu_pool_metrics" not in ti.xcom

@@ -49,3 +49,27 @@ def assets_with_events(uris: Iterable[str]) -> set[str]:
     for uri, name in rows:
         ready.update({uri, name} & wanted)
     return ready
+
+
+METRICS_KEY = "gpu_pool_metrics"
+
+
+def pushed_metrics(dag_id: str, task_id: str, run_id: str, map_index: int) -> dict[str, float]:
+    """The ``gpu_pool_metrics`` XCom the task instance pushed: its finite numbers, else {}."""
+    import math
+
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.execute(
+            select(XComModel.value).where(
+                XComModel.dag_id == dag_id, XComModel.task_id == task_id,
+                XComModel.run_id == run_id, XComModel.map_index == map_index,
+                XComModel.key == METRICS_KEY)
+        ).first()
+    value = XComModel.deserialize_value(row) if row is not None else None
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): float(v) for k, v in value.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}

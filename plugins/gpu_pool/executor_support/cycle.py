@@ -165,10 +165,11 @@ class PlacementCycle:
             for name, allocs in sorted(by_request.items())
         )
 
-    def release(self, name: str, outcome: Outcome, reason: str) -> None:
-        """End the request's allocations (ledger rows written by the store)."""
+    def release(self, name: str, outcome: Outcome, reason: str,
+                metrics: Mapping[str, float] | None = None) -> None:
+        """End the request's allocations (ledger rows, with the task's metrics, by the store)."""
         self.store.release_request(name, outcome, actor=self.actor, reason=reason,
-                                   now=self.clock(), policy=self.policy)
+                                   now=self.clock(), policy=self.policy, metrics=metrics)
         self._submitted.discard(name)
         self._dirty = True
 

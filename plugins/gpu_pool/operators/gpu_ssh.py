@@ -20,6 +20,9 @@ allocation in its environment (:mod:`gpu_pool.remote.allocation`). The operator 
    any ``callable(context)``; ``context["gpu_pool_warning"]`` holds the elapsed time and the
    limit — and defers again;
 4. succeeds iff every remote exit status is 0; a timeout, a kill or a lost node fails it.
+   What the command wrote to ``$GPU_POOL_METRICS_FILE`` (a JSON object of numbers, on the
+   first node) is pushed as the XCom ``gpu_pool_metrics``; the executor copies it into the
+   allocation's ledger row.
 
 ``on_kill`` (mark failed, clear, worker kill) kills the remote process groups.
 ``deferrable=False`` runs the same trigger loop inside the worker.
@@ -42,10 +45,12 @@ from gpu_pool.remote.allocation import RemoteAllocation
 from gpu_pool.remote.job import (
     DEFAULT_BASE_DIR,
     DEFAULT_KILL_GRACE_S,
+    METRICS_FILE,
     RemoteJob,
     check_env_name,
     job_environment,
     make_job_id,
+    parse_metrics,
 )
 from gpu_pool.remote.runner import RemoteJobRunner
 from gpu_pool.spec import parse_duration
@@ -53,6 +58,7 @@ from gpu_pool.triggers.remote_job import GpuRemoteJobTrigger
 
 EXECUTOR_ALIAS = "GpuPool"
 XCOM_JOBS = "gpu_pool_jobs"
+XCOM_METRICS = "gpu_pool_metrics"
 
 
 class GpuRemoteJobFailed(Exception):
@@ -241,7 +247,25 @@ class GpuSSHOperator(BaseOperator):
             raise GpuRemoteJobFailed(
                 f"task {self.task_id!r}: remote job {event.get('outcome')}: {summary}")
         self.log.info("Remote job succeeded: %s", summary)
+        self._push_metrics(context, jobs[0])
         return None
+
+    def _push_metrics(self, context: Any, spec: dict[str, str]) -> None:
+        """Push what the command wrote to ``$GPU_POOL_METRICS_FILE`` (first node) as XCom."""
+        job = RemoteJob.from_dict(spec)
+        try:
+            with RemoteJobRunner(spec["ssh_conn_id"]) as runner:
+                text = runner.read_metrics(job)
+        except Exception as error:  # the training succeeded; its metrics are a bonus
+            self.log.warning("Could not read the metrics of job %s on %s: %s", spec["job_id"],
+                             spec["node"], error)
+            return
+        metrics, problems = parse_metrics(text, f"{spec['node']}:{job.path(METRICS_FILE)}")
+        for problem in problems:
+            self.log.warning("Metrics left out: %s", problem)
+        if metrics:
+            context["ti"].xcom_push(key=XCOM_METRICS, value=metrics)
+            self.log.info("Metrics: %s", metrics)
 
     def _warn(self, context: Any, event: dict[str, Any]) -> None:
         elapsed, limit = event.get("elapsed_s"), event.get("time_limit_s")

@@ -136,6 +136,7 @@ def job_environment(placement: JobPlacement, job: RemoteJob,
         "GPU_POOL_ALLOCATION_ID": placement.allocation_id or "",
         "GPU_POOL_JOB_ID": job.job_id,
         "GPU_POOL_JOB_DIR": job.job_dir,
+        "GPU_POOL_METRICS_FILE": job.path(METRICS_FILE),
         "GPU_POOL_NODE_RANK": str(placement.node_rank),
         "GPU_POOL_NODE_COUNT": str(placement.node_count),
         "GPU_POOL_NODES": ",".join(placement.nodes or (placement.node,)),
@@ -379,6 +380,49 @@ def build_log_read_command(job: RemoteJob, offset: int, max_bytes: int = 65536) 
         raise SpecError("offset", offset, "a non-negative offset and a positive size")
     return (f"tail -c +{int(offset) + 1} {shlex.quote(job.path('log'))} 2>/dev/null "
             f"| head -c {int(max_bytes)} || true")
+
+
+METRICS_FILE = "metrics.json"
+METRICS_MAX_BYTES = 65536
+
+
+def build_metrics_read_command(job: RemoteJob) -> str:
+    """The job's metrics file (what the command wrote to ``$GPU_POOL_METRICS_FILE``), if any."""
+    return (f"head -c {METRICS_MAX_BYTES} {shlex.quote(job.path(METRICS_FILE))} "
+            "2>/dev/null || true")
+
+
+def parse_metrics(text: str, where: str) -> tuple[dict[str, float], list[str]]:
+    """``({name: value}, problems)`` from a metrics file: a JSON object of numbers.
+
+    A training that succeeded is not failed for a bad metrics file: what is not a finite
+    number under a short name is left out, and each problem is said in ``problems`` (for the
+    task log), naming the file, the key and the value.
+    """
+    import json
+
+    if not text.strip():
+        return {}, []
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        return {}, [f"{where}: not JSON ({error}); expected an object such as "
+                    '{"val_loss": 0.12, "gpu_mem_peak_mib": 30500}']
+    if not isinstance(data, dict):
+        return {}, [f"{where}: got a JSON {type(data).__name__}; expected an object of "
+                    "name: number"]
+    metrics: dict[str, float] = {}
+    problems = []
+    for name, value in data.items():
+        ok_name = isinstance(name, str) and 0 < len(name) <= 64
+        ok_value = (isinstance(value, int | float) and not isinstance(value, bool)
+                    and math.isfinite(value))
+        if ok_name and ok_value:
+            metrics[name] = float(value)
+        else:
+            problems.append(f"{where}: {name!r}: got {value!r}; expected a finite number "
+                            "under a name of 1 to 64 characters")
+    return metrics, problems
 
 
 def build_cleanup_command(job: RemoteJob) -> str:
