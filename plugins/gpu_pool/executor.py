@@ -284,7 +284,9 @@ class GpuPoolExecutor(BaseExecutor):
             for started in finished:
                 self._on_exit(started, states.get(started.ti_id))
         now = time.monotonic()
-        if self._watched and now - self._last_watch >= self.watch_interval_s:
+        if not self._watched:
+            self._resumes_due = 0
+        elif now - self._last_watch >= self.watch_interval_s:
             self._last_watch = now
             states = airflow_reads.task_states(w.ti_id for w in self._watched.values())
             for watched in list(self._watched.values()):

@@ -171,3 +171,11 @@ def test_a_deferred_task_due_to_resume_gets_a_slot_past_a_full_backlog(
     executor._reap()
     assert deferred.ti.key not in executor._watched
     assert executor.slots_available == 0  # back to the bound
+    executor._watched[deferred.ti.key] = _Watched(deferred.ti.key, str(deferred.ti.id),
+                                                  "deferred-request", False)
+    states[str(deferred.ti.id)] = "scheduled"
+    executor._reap()
+    assert executor.slots_available == 1
+    executor._watched.clear()  # started again here (``_start`` drops it from the watch)
+    executor._reap()
+    assert executor.slots_available == 0  # nothing watched: nothing owed
