@@ -6,7 +6,9 @@ Steps of :func:`plan_on_state`:
    per node;
 2. set aside what cannot be placed this cycle at all (never fits, data not ready);
 3. build the start cycle (a private copy of free capacity, quota left, headroom, FGD);
-4. greedy priority-order best-fit on a copy of it: the baseline;
+4. greedy priority-order placement on a copy of it (small cycles try three orders
+   within a priority and keep the best, see :func:`~gpu_pool.engine.greedy.best_greedy`):
+   the baseline;
 5. CP-SAT on another copy: the exact per-GPU model (:mod:`gpu_pool.engine.exact`) when
    the cycle is small, else the class model (:mod:`gpu_pool.engine.cpsat`); kept only
    when its concrete plan is worth strictly more than greedy's;
@@ -35,7 +37,13 @@ from gpu_pool.engine import cpsat, exact, preempt
 from gpu_pool.engine.capacity import FleetState
 from gpu_pool.engine.compat import never_fits
 from gpu_pool.engine.fragmentation import TaskShape, WorkloadMix
-from gpu_pool.engine.greedy import FGD_CELLS, FGD_DECISIONS, Cycle, greedy_order, run_greedy
+from gpu_pool.engine.greedy import (
+    FGD_CELLS,
+    FGD_DECISIONS,
+    Cycle,
+    best_greedy,
+    greedy_order,
+)
 from gpu_pool.engine.objective import RequestView, aged_weight, build_view, view_key
 from gpu_pool.engine.quota import QuotaBook
 from gpu_pool.engine.reasons import ReasonInputs, pending_reason
@@ -116,8 +124,7 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
                   mix if len(mix) else None, decisions=max(len(eligible), 1))
     # 4. greedy
     ordered = greedy_order(eligible, weights)
-    work = start.clone()
-    placements, greedy_value = run_greedy(work, ordered, weights, views, groups)
+    work, placements, greedy_value = best_greedy(start, eligible, weights, views, groups)
     stats = SolveStats(SolveStatus.GREEDY if eligible else SolveStatus.TRIVIAL,
                        0.0, float(greedy_value), float(greedy_value))
     best_value, final = greedy_value, work

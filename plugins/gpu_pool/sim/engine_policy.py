@@ -23,7 +23,7 @@ shape of the trace with its memory, where the ``fgd`` baseline keeps the paper's
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
@@ -76,10 +76,15 @@ class EnginePlacer(BatchPlacer):
         self.solve_seconds: list[float] = []
 
     def choose_batch(self, tasks: Sequence[TraceTask]) -> list[tuple[int, tuple[int, ...]] | None]:
-        names = [f"t{self._count + k}" for k in range(len(tasks))]
+        # Arrival k is submitted at SIM_EPOCH + k microseconds: the engine sees the arrival
+        # order (its oldest-first order follows it) and no aging to speak of.
+        first = self._count
+        names = [f"t{first + k}" for k in range(len(tasks))]
         self._count += len(tasks)
-        requests = [domain_request(t, n) for t, n in zip(tasks, names, strict=True)]
-        plan = plan_on_state(self.state, requests, policy=self.policy, now=SIM_EPOCH,
+        requests = [domain_request(t, n, submitted_at=SIM_EPOCH + timedelta(microseconds=first + k))
+                    for k, (t, n) in enumerate(zip(tasks, names, strict=True))]
+        now = SIM_EPOCH + timedelta(microseconds=self._count)
+        plan = plan_on_state(self.state, requests, policy=self.policy, now=now,
                              workload_mix=self.mix, use_solver=self.use_solver)
         self.solve_seconds.append(plan.stats.wall_seconds)
         out: list[tuple[int, tuple[int, ...]] | None] = []
