@@ -10,6 +10,12 @@ whole-free GPU
 schedulable
     ``up[i]``: the node is up; draining and down nodes get nothing new, though their
     existing allocations still hold capacity.
+fit mask
+    Per part shape (CPU, RAM and either whole GPUs or a GPU share), the rows that could
+    take one such part now: up, enough CPU and RAM, ``whole_free >= gpus`` or a GPU with
+    the share free (:meth:`FleetState.fits`). Built on first use and kept up to date row
+    by row as capacity changes, so a planner asking for it thousands of times a cycle
+    pays O(touched rows), not O(fleet), per placement.
 
 Invariants
 ----------
@@ -18,6 +24,7 @@ Invariants
 * ``cpu_free`` and ``mem_free`` never go below zero: :meth:`FleetState.apply` refuses an
   over-allocation with :class:`ValueError` and changes nothing.
 * ``whole_free[i] == (gpu_free[i] == 1000).sum()`` after every public method.
+* Every fit mask equals its definition over the current arrays after every public method.
 * Free capacity is derived from allocations (:meth:`from_snapshot`), never stored apart.
 """
 
@@ -65,7 +72,8 @@ class FleetState:
     callers (the simulator) keep one state across calls and :meth:`apply` each plan.
     """
 
-    __slots__ = ("layout", "gpu_free", "cpu_free", "mem_free", "whole_free", "up", "_frag")
+    __slots__ = ("layout", "gpu_free", "cpu_free", "mem_free", "whole_free", "up", "_frag",
+                 "_fits")
 
     def __init__(self, layout: FleetLayout, gpu_free: np.ndarray, cpu_free: np.ndarray,
                  mem_free: np.ndarray, up: np.ndarray) -> None:
@@ -77,6 +85,7 @@ class FleetState:
         self.whole_free = (gpu_free == MILLI_PER_GPU).sum(axis=1).astype(np.int64)
         # FGD caches over these very arrays, keyed by mix; refreshed on every update.
         self._frag: dict[WorkloadMix, FleetFragmentation] = {}
+        self._fits: _FitMasks | None = None
 
     # construction ---------------------------------------------------------------------
     @classmethod
@@ -129,6 +138,8 @@ class FleetState:
                           self.mem_free.copy(), self.up.copy())
         for mix, frag in self._frag.items():
             twin._frag[mix] = _rebind(frag, twin)
+        if self._fits is not None:
+            twin._fits = self._fits.copy()
         return twin
 
     def fragmentation(self, mix: WorkloadMix) -> FleetFragmentation:
@@ -143,13 +154,29 @@ class FleetState:
             self._frag[mix] = frag
         return frag
 
+    def fits(self, gpus: int, gpu_milli: int, cpu_milli: int, memory_mib: int) -> np.ndarray:
+        """The fit mask (see the module docstring) of a part of ``gpus`` GPUs of
+        ``gpu_milli`` each (a share when below 1000), ``cpu_milli`` and ``memory_mib``:
+        a read-only boolean row mask, valid until the next update of this state."""
+        if gpus <= 0:
+            kind, need = 0, 0
+        elif gpu_milli < MILLI_PER_GPU:
+            kind, need = 1, gpu_milli
+        else:
+            kind, need = 2, gpus
+        if self._fits is None:
+            self._fits = _FitMasks(self.size)
+        return self._fits.mask(self, (kind, need, cpu_milli, memory_mib))
+
     def _touched(self, rows: Sequence[int]) -> None:
         for row in rows:
-            self.whole_free[row] = int((self.gpu_free[row] == MILLI_PER_GPU).sum())
-        if self._frag:
-            idx = np.asarray(sorted(set(rows)), dtype=np.int64)
+            self.whole_free[row] = self.gpu_free[row].tolist().count(MILLI_PER_GPU)
+        if self._frag or self._fits is not None:
+            idx = np.array(sorted(set(rows)), dtype=np.int64)
             for frag in self._frag.values():
                 frag.refresh(idx)
+            if self._fits is not None:
+                self._fits.refresh(self, idx)
 
     # updates --------------------------------------------------------------------------
     def hold_allocations(self, allocations: Iterable[Allocation]) -> None:
@@ -180,12 +207,15 @@ class FleetState:
             if len(set(cols)) != len(cols):
                 raise ValueError(f"{a.node}: GPU index repeated in {a.gpu_indices}")
             if cols:
-                now = self.gpu_free[row, cols]
-                new = now - sign * a.gpu_milli
-                if (now == _NO_GPU).any():
+                # Plain ints: a part holds a few GPUs, too few for numpy to pay off.
+                free = self.gpu_free[row].tolist()
+                now = [free[j] for j in cols]
+                new = [v - sign * a.gpu_milli for v in now]
+                if _NO_GPU in now:
                     raise ValueError(f"{a.node}: GPU {a.gpu_indices} is unhealthy or absent")
-                if new.min() < 0 or new.max() > MILLI_PER_GPU:
-                    raise ValueError(f"{a.node}: GPU milli out of range after update: {new}")
+                if min(new) < 0 or max(new) > MILLI_PER_GPU:
+                    raise ValueError(f"{a.node}: GPU milli out of range after update: "
+                                     f"{np.array(new)}")
             if sign > 0 and (self.cpu_free[row] < a.cpu_milli or self.mem_free[row] < a.memory_mib):
                 raise ValueError(f"{a.node}: CPU or RAM over-allocated")
             located.append((row, cols, a))
@@ -206,7 +236,10 @@ class FleetState:
         self._delta(assignments, -1)
 
     def set_schedulable(self, node: str, schedulable: bool) -> None:
-        self.up[self.layout.row_of[node]] = schedulable
+        row = self.layout.row_of[node]
+        self.up[row] = schedulable
+        if self._fits is not None:
+            self._fits.refresh(self, np.array([row], dtype=np.int64))
 
     # queries --------------------------------------------------------------------------
     @property
@@ -227,6 +260,52 @@ class FleetState:
         """GPU milli in use on healthy GPUs (the simulator's allocation ratio numerator)."""
         healthy = self.gpu_free >= 0
         return int((MILLI_PER_GPU - self.gpu_free)[healthy].sum())
+
+
+class _FitMasks:
+    """The fit masks of one state: one row of ``masks`` per part shape
+    ``(kind, need, cpu, mem)``, kind 0 (no GPU), 1 (a share of ``need`` milli) or 2
+    (``need`` whole GPUs); refreshed for the touched rows only."""
+
+    __slots__ = ("index", "masks", "params")
+
+    def __init__(self, size: int) -> None:
+        self.index: dict[tuple[int, int, int, int], int] = {}
+        self.masks = np.zeros((0, size), dtype=bool)
+        self.params = np.zeros((4, 0), dtype=np.int64)  # kind, need, cpu, mem per shape
+
+    def copy(self) -> _FitMasks:
+        twin = object.__new__(_FitMasks)
+        twin.index = dict(self.index)
+        twin.masks = self.masks.copy()
+        twin.params = self.params
+        return twin
+
+    def mask(self, state: FleetState, shape: tuple[int, int, int, int]) -> np.ndarray:
+        i = self.index.get(shape)
+        if i is None:
+            params = np.asarray(shape, dtype=np.int64).reshape(4, 1)
+            row = self._compute(state, np.arange(state.size), params)[0]
+            self.masks = np.vstack([self.masks, row[None, :]])
+            self.params = np.hstack([self.params, params])
+            i = self.index[shape] = len(self.index)
+        return self.masks[i]
+
+    def refresh(self, state: FleetState, rows: np.ndarray) -> None:
+        if self.index and len(rows):
+            self.masks[:, rows] = self._compute(state, rows, self.params)
+
+    @staticmethod
+    def _compute(state: FleetState, rows: np.ndarray, params: np.ndarray) -> np.ndarray:
+        """(shapes, rows) fit of each shape of ``params`` on each of ``rows``."""
+        kind, need, cpu, mem = (p[:, None] for p in params)
+        # What each row offers per kind: nothing to check, its largest free share, its
+        # whole-free GPUs; each shape compares its own kind's offer against its need.
+        offer = np.zeros((3, len(rows)), dtype=np.int64)
+        offer[1] = state.gpu_free[rows].max(axis=1, initial=_NO_GPU)
+        offer[2] = state.whole_free[rows]
+        return ((offer[kind[:, 0]] >= need) & (state.cpu_free[rows] >= cpu)
+                & (state.mem_free[rows] >= mem) & state.up[rows])
 
 
 def _rebind(frag: FleetFragmentation, state: FleetState) -> FleetFragmentation:

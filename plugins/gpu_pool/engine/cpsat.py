@@ -177,13 +177,19 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
     up_group = grp.group_of_row[up_rows]
     # Data: types, and per type the parts each group could hold (pruning: 0 = no variable).
     types: dict[tuple, list[Request]] = defaultdict(list)
+    # Quota signature per (quota groups, view): shared arrays, so computed once per pair.
+    quota_sig: dict[tuple[int, int], tuple[bool, int]] = {}
     for r in ordered:
-        g = groups[r.name]
-        comp = g[views[r.name].compatible]
-        const = comp.size == 0 or bool((comp == comp[0]).all())
-        gsig = int(comp[0]) if const and comp.size else hash(g.tobytes())
+        g, view = groups[r.name], views[r.name]
+        sig = quota_sig.get((id(g), id(view)))
+        if sig is None:
+            comp = g[view.compatible]
+            const = comp.size == 0 or bool((comp == comp[0]).all())
+            sig = quota_sig[(id(g), id(view))] = (
+                const, int(comp[0]) if const and comp.size else hash(g.tobytes()))
+        const, gsig = sig
         types[(r.gpus, r.gpu_milli, r.nodes, r.cpu_milli, r.memory_mib,
-               views[r.name].signature, r.priority is PriorityClass.CRITICAL, const, gsig)
+               view.signature, r.priority is PriorityClass.CRITICAL, const, gsig)
               ].append(r)
     type_list = list(types.items())
     fits: list[np.ndarray] = []

@@ -46,6 +46,9 @@ FGD_DECISIONS = 200
 FGD_CELLS = 200_000
 # FGD score points a node's place in the fixed fill order is worth (see node_cost).
 ORDER_POINTS = 4.0
+# From this many decisions a cycle keeps fit masks (see candidate_rows): building one costs
+# a pass over the fleet, which a cycle of a few decisions never earns back.
+FIT_MASK_DECISIONS = 64
 
 
 @dataclass
@@ -115,10 +118,11 @@ class Cycle:
     def commit(self, request: Request, choice: Choice) -> Placement:
         st = self.state
         parts = []
-        rows = list(choice.rows)
-        whole_before = int(st.whole_free[rows][st.up[rows]].sum())
+        up_rows = [r for r in choice.rows if st.up[r]]
+        whole_before = sum(int(st.whole_free[r]) for r in up_rows)
+        gpu_index = st.layout.gpu_index
         for row, cols in zip(choice.rows, choice.cols, strict=True):
-            idx = tuple(int(i) for i in st.layout.gpu_index[row, list(cols)])
+            idx = tuple(int(gpu_index[row, c]) for c in cols)
             parts.append(NodeAssignment(
                 node=st.layout.names[row], gpu_indices=idx,
                 gpu_milli=request.gpu_milli if request.gpus else 0,
@@ -126,7 +130,7 @@ class Cycle:
         st.apply(parts)
         if request.priority is not PriorityClass.CRITICAL:
             assert self.budget is not None
-            self.budget -= whole_before - int(st.whole_free[rows][st.up[rows]].sum())
+            self.budget -= whole_before - sum(int(st.whole_free[r]) for r in up_rows)
         for g in choice.groups:
             if g >= 0:
                 self.remaining[g] -= request.gpus * request.gpu_milli
@@ -146,24 +150,39 @@ class Choice:
 
 def candidate_rows(cycle: Cycle, request: Request, view: RequestView, groups: np.ndarray,
                    rows: np.ndarray | None = None) -> np.ndarray:
-    """Rows (sorted) where one part of ``request`` fits now; ``rows`` restricts the search."""
+    """Rows (sorted) where one part of ``request`` fits now; ``rows`` restricts the search.
+
+    Capacity is checked directly on ``rows`` in a small cycle; a cycle of at least
+    :data:`FIT_MASK_DECISIONS` decisions reads it from the state's fit mask of the part's
+    shape instead (built once over the fleet, then kept up to date as placements commit,
+    see :meth:`FleetState.fits`). Quota is checked on what is left.
+    """
     st = cycle.state
-    if rows is None:
-        rows = np.flatnonzero(view.compatible & view.zone_ok)
-    ok = st.up[rows] & (st.cpu_free[rows] >= request.cpu_milli) & (
-        st.mem_free[rows] >= request.memory_mib)
-    if request.gpus > 0:
-        if request.is_share:
-            ok &= (st.gpu_free[rows] >= request.gpu_milli).any(axis=1)
+    if cycle.decisions >= FIT_MASK_DECISIONS:
+        fits = st.fits(request.gpus, request.gpu_milli, request.cpu_milli, request.memory_mib)
+        if rows is None:
+            rows = np.flatnonzero(view.compatible & view.zone_ok & fits)
         else:
-            ok &= st.whole_free[rows] >= request.gpus
+            rows = rows[fits[rows]]
+    else:
+        if rows is None:
+            rows = np.flatnonzero(view.compatible & view.zone_ok)
+        ok = st.up[rows] & (st.cpu_free[rows] >= request.cpu_milli) & (
+            st.mem_free[rows] >= request.memory_mib)
+        if request.gpus > 0:
+            if request.is_share:
+                ok &= (st.gpu_free[rows] >= request.gpu_milli).any(axis=1)
+            else:
+                ok &= st.whole_free[rows] >= request.gpus
+        rows = rows[ok]
+    if request.gpus > 0 and len(rows):
         g = groups[rows]
         part = request.gpus * request.gpu_milli
         quota_ok = g == UNLIMITED
         if len(cycle.remaining):
             quota_ok |= (g >= 0) & (cycle.remaining[np.maximum(g, 0)] >= part)
-        ok &= quota_ok
-    return rows[ok]
+        rows = rows[quota_ok]
+    return rows
 
 
 def _tightest_cols(st: FleetState, rows: np.ndarray, milli: int) -> np.ndarray:
@@ -263,35 +282,36 @@ def _choose(cycle: Cycle, request: Request, weight: int, view: RequestView,
         if len(cand) < request.nodes:
             return None
     score = view.penalty[cand] * _PENALTY_RANK + node_cost(cycle, request, cand, share_cols)
-    # One part: candidate_rows already checked its quota, so the best row is the answer.
-    order = [int(np.argmin(score))] if request.nodes == 1 else np.argsort(score, kind="stable")
-    chosen: list[int] = []
-    used: dict[int, int] = {}
     part = request.gpus * request.gpu_milli
-    for k in order:
-        row = int(cand[k])
-        g = int(groups[row])
-        if g >= 0 and part and cycle.remaining[g] - used.get(g, 0) < part:
-            continue
-        chosen.append(int(k))
-        if g >= 0:
-            used[g] = used.get(g, 0) + part
-        if len(chosen) == request.nodes:
-            break
-    if len(chosen) < request.nodes:
-        return None
+    if request.nodes == 1:
+        # One part: candidate_rows already checked its quota, so the best row is the answer.
+        chosen = [int(np.argmin(score))]
+    else:
+        chosen = []
+        used: dict[int, int] = {}
+        for k in np.argsort(score, kind="stable"):
+            g = int(groups[cand[k]])
+            if g >= 0 and part and cycle.remaining[g] - used.get(g, 0) < part:
+                continue
+            chosen.append(int(k))
+            if g >= 0:
+                used[g] = used.get(g, 0) + part
+            if len(chosen) == request.nodes:
+                break
+        if len(chosen) < request.nodes:
+            return None
     rows_t = tuple(int(cand[k]) for k in chosen)
     if share_cols is not None:
         cols = tuple((int(share_cols[k]),) for k in chosen)
     elif request.gpus:
-        cols = tuple(tuple(int(c) for c in np.flatnonzero(
-            st.gpu_free[r] == MILLI_PER_GPU)[: request.gpus]) for r in rows_t)
+        cols = tuple(tuple([j for j, v in enumerate(st.gpu_free[r].tolist())
+                            if v == MILLI_PER_GPU][: request.gpus]) for r in rows_t)
     else:
         cols = tuple(() for _ in rows_t)
     value = sum(part_value(weight, request, int(view.penalty[r])) for r in rows_t)
     transfer = max(float(view.transfer[r]) for r in rows_t)
     return Choice(rows_t, cols, tuple(int(groups[r]) for r in rows_t), value,
-                  bool(view.cross_zone[list(rows_t)].any()), transfer)
+                  any(bool(view.cross_zone[r]) for r in rows_t), transfer)
 
 
 def fit_key(request: Request, view: RequestView, groups: np.ndarray) -> tuple:
@@ -340,11 +360,12 @@ def best_greedy(start: Cycle, requests: Sequence[Request], weights: dict[str, in
     whole GPUs worse than arrival order on the openb trace (4.9 against 4.4 % unallocated
     with 50 arrivals per cycle, seeds 42-43), and neither wins every cycle.
     """
-    orders = greedy_orders(requests, weights)
     work = start.clone()
-    placements, value = run_greedy(work, orders[0], weights, views, groups)
+    placements, value = run_greedy(work, greedy_order(requests, weights), weights, views,
+                                   groups)
     if len(requests) < 2 or start.fragmentation(1) is None:
         return work, placements, value
+    orders = greedy_orders(requests, weights)
     frag = work.fragmentation(1)
     best = (value, -frag.fleet_fragment() if frag is not None else 0.0)
     seen = {tuple(r.name for r in orders[0])}

@@ -111,10 +111,15 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
         groups[r.name] = group_cache[key]
     # 2. what cannot be placed this cycle at all
     never: dict[str, str | None] = {}
+    compatible_rows: dict[int, int] = {}  # per view (shared by identical requests)
     for r in requests:
+        view = views[r.name]
+        count = compatible_rows.get(id(view))
+        if count is None:
+            count = compatible_rows[id(view)] = int(view.compatible.sum())
         # The view already holds the static check; the sentence is only built when it fails.
         never[r.name] = (never_fits(r, layout.nodes) or "no compatible node"
-                         if int(views[r.name].compatible.sum()) < r.nodes else None)
+                         if count < r.nodes else None)
     eligible = [r for r in requests if never[r.name] is None and r.data_ready]
     # 3. the start cycle
     mix = mix_of(requests, workload_mix)
