@@ -1,11 +1,13 @@
 """How long GpuPoolExecutor.heartbeat() takes, with 0 and with N held GPU tasks.
 
 The heartbeat runs inside the scheduler loop, so its wall time is latency added to every
-scheduler iteration. The worst case is measured: a fleet already full (its GPUs held by
+scheduler iteration. Measured: the steady state of a saturated fleet (its GPUs held by
 requests of another scheduler), N GPU workloads held by this executor waiting for
 capacity, and ``idle_replan_seconds = 0`` so *every* heartbeat loads a snapshot, plans all
 N pending requests and applies the (empty) plan. Nothing is started, so no task process
-disturbs the timing.
+disturbs the timing. Not measured here: a heartbeat in which GPUs have just freed also
+pays one full engine plan with the CP-SAT search, which ``bench/placement_scale.py``
+times (bounded by the solver's wall-clock cap, twice ``Policy.solver_time_limit_s``).
 
 Run::
 
