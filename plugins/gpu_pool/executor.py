@@ -338,11 +338,9 @@ class GpuPoolExecutor(BaseExecutor):
             if state not in _ALIVE:
                 self.log.info("Releasing %s: its task instance is %s", name, state)
                 link = links[name]
-                metrics = {}
-                with contextlib.suppress(Exception):  # the GPUs go back regardless
-                    metrics = airflow_reads.pushed_metrics(
-                        str(link.get("dag_id")), str(link.get("task_id")),
-                        str(link.get("run_id")), int(link.get("map_index", -1)))
+                metrics = self._pushed_metrics(str(link.get("dag_id")), str(link.get("task_id")),
+                                               str(link.get("run_id")),
+                                               int(link.get("map_index", -1)))
                 cycle.release(name, Outcome.SUCCESS if state == "success" else Outcome.FAILED,
                               reason=f"task {state} while unwatched", metrics=metrics)
 
@@ -380,18 +378,19 @@ class GpuPoolExecutor(BaseExecutor):
         outcome = Outcome.SUCCESS if state == "success" else Outcome.FAILED
         self._names.pop(key, None)
         try:
+            metrics = self._pushed_metrics(key.dag_id, key.task_id, key.run_id, key.map_index)
             self._require_cycle().release(name, outcome, reason=f"task {state or 'gone'}",
-                                          metrics=self._pushed_metrics(key))
+                                          metrics=metrics)
         except GpuPoolError as error:
             self.log.warning("Release of %s failed: %s", name, error)
 
-    def _pushed_metrics(self, key: TaskInstanceKey) -> dict[str, float]:
-        """The ``gpu_pool_metrics`` XCom of the task, for its ledger row ({} if none)."""
+    def _pushed_metrics(self, dag_id: str, task_id: str, run_id: str,
+                        map_index: int) -> dict[str, float]:
+        """The ``gpu_pool_metrics`` XCom of a task instance, for its ledger row ({} if none)."""
         try:
-            return airflow_reads.pushed_metrics(key.dag_id, key.task_id, key.run_id,
-                                                key.map_index)
+            return airflow_reads.pushed_metrics(dag_id, task_id, run_id, map_index)
         except Exception as error:  # the GPUs go back regardless
-            self.log.warning("Could not read the metrics of %s: %s", key, error)
+            self.log.warning("Could not read the metrics of %s.%s: %s", dag_id, task_id, error)
             return {}
 
     # -- scheduler hooks ---------------------------------------------------------------
