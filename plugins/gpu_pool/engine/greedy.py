@@ -333,26 +333,24 @@ def greedy_order(requests: Sequence[Request], weights: dict[str, int]) -> list[R
     return sorted(requests, key=key)
 
 
-def greedy_orders(requests: Sequence[Request], weights: dict[str, int]) -> list[list[Request]]:
-    """The orders a small cycle tries (:func:`best_greedy`): :func:`greedy_order`, then,
+def other_greedy_orders(requests: Sequence[Request],
+                        weights: dict[str, int]) -> list[list[Request]]:
+    """The orders a small cycle tries besides :func:`greedy_order` (:func:`best_greedy`):
     within equal weight, oldest first and smallest first. Weight always ranks first."""
-    def older(r: Request) -> tuple:
-        t = r.submitted_at.timestamp() if r.submitted_at else float("-inf")
-        return (-weights[r.name], t, r.name)
+    def submitted(r: Request) -> float:
+        return r.submitted_at.timestamp() if r.submitted_at else float("-inf")
 
-    def smaller(r: Request) -> tuple:
-        t = r.submitted_at.timestamp() if r.submitted_at else float("-inf")
-        return (-weights[r.name], r.total_gpu_milli, t, r.name)
-
-    return [greedy_order(requests, weights), sorted(requests, key=older),
-            sorted(requests, key=smaller)]
+    return [sorted(requests, key=lambda r: (-weights[r.name], submitted(r), r.name)),
+            sorted(requests, key=lambda r: (-weights[r.name], r.total_gpu_milli,
+                                            submitted(r), r.name))]
 
 
-def best_greedy(start: Cycle, requests: Sequence[Request], weights: dict[str, int],
+def best_greedy(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
                 views: dict[str, RequestView], groups: dict[str, np.ndarray]
                 ) -> tuple[Cycle, list[Placement], int]:
-    """Greedy over :func:`greedy_order`, and, when the cycle affords the FGD measure and has
-    more than one request, over the other :func:`greedy_orders` too: the plan of highest
+    """Greedy over ``ordered`` (:func:`greedy_order` of the eligible requests), and, when the
+    cycle affords the FGD measure and has more than one request, over the
+    :func:`other_greedy_orders` too: the plan of highest
     value wins, equal values go to the one that leaves the fleet least fragmented (FGD's
     expected fragmentation summed over nodes), then to the first order. Deterministic.
 
@@ -361,15 +359,13 @@ def best_greedy(start: Cycle, requests: Sequence[Request], weights: dict[str, in
     with 50 arrivals per cycle, seeds 42-43), and neither wins every cycle.
     """
     work = start.clone()
-    placements, value = run_greedy(work, greedy_order(requests, weights), weights, views,
-                                   groups)
-    if len(requests) < 2 or start.fragmentation(1) is None:
+    placements, value = run_greedy(work, ordered, weights, views, groups)
+    if len(ordered) < 2 or start.fragmentation(1) is None:
         return work, placements, value
-    orders = greedy_orders(requests, weights)
     frag = work.fragmentation(1)
     best = (value, -frag.fleet_fragment() if frag is not None else 0.0)
-    seen = {tuple(r.name for r in orders[0])}
-    for order in orders[1:]:
+    seen = {tuple(r.name for r in ordered)}
+    for order in other_greedy_orders(ordered, weights):
         key = tuple(r.name for r in order)
         if key in seen:
             continue

@@ -129,7 +129,7 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
                   mix if len(mix) else None, decisions=max(len(eligible), 1))
     # 4. greedy
     ordered = greedy_order(eligible, weights)
-    work, placements, greedy_value = best_greedy(start, eligible, weights, views, groups)
+    work, placements, greedy_value = best_greedy(start, ordered, weights, views, groups)
     stats = SolveStats(SolveStatus.GREEDY if eligible else SolveStatus.TRIVIAL,
                        0.0, float(greedy_value), float(greedy_value))
     best_value, final = greedy_value, work
