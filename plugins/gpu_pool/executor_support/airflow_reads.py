@@ -56,10 +56,10 @@ METRICS_KEY = "gpu_pool_metrics"
 
 def pushed_metrics(dag_id: str, task_id: str, run_id: str, map_index: int) -> dict[str, float]:
     """The ``gpu_pool_metrics`` XCom the task instance pushed: its finite numbers, else {}."""
-    import math
-
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
+
+    from gpu_pool.remote.job import is_metric_value
 
     with create_session() as session:
         row = session.execute(
@@ -71,5 +71,4 @@ def pushed_metrics(dag_id: str, task_id: str, run_id: str, map_index: int) -> di
     value = XComModel.deserialize_value(row) if row is not None else None
     if not isinstance(value, dict):
         return {}
-    return {str(k): float(v) for k, v in value.items()
-            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
+    return {str(k): float(v) for k, v in value.items() if is_metric_value(v)}

@@ -392,6 +392,12 @@ def build_metrics_read_command(job: RemoteJob) -> str:
             "2>/dev/null || true")
 
 
+def is_metric_value(value: object) -> bool:
+    """A ledger metric is a finite number (not a bool)."""
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
 def parse_metrics(text: str, where: str) -> tuple[dict[str, float], list[str]]:
     """``({name: value}, problems)`` from a metrics file: a JSON object of numbers.
 
@@ -415,9 +421,7 @@ def parse_metrics(text: str, where: str) -> tuple[dict[str, float], list[str]]:
     problems = []
     for name, value in data.items():
         ok_name = isinstance(name, str) and 0 < len(name) <= 64
-        ok_value = (isinstance(value, int | float) and not isinstance(value, bool)
-                    and math.isfinite(value))
-        if ok_name and ok_value:
+        if ok_name and is_metric_value(value):
             metrics[name] = float(value)
         else:
             problems.append(f"{where}: {name!r}: got {value!r}; expected a finite number "
