@@ -200,31 +200,50 @@ class FleetState:
 
     def _delta(self, assignments: Iterable[NodeAssignment], sign: int) -> None:
         located = []
-        for a in assignments:  # check every part first so a refused update changes nothing
+        for a in assignments:
             row = self.layout.row_of[a.node]
             cols_of = self.layout.column_of[row]
-            cols = [cols_of[idx] for idx in a.gpu_indices]
-            if len(set(cols)) != len(cols):
-                raise ValueError(f"{a.node}: GPU index repeated in {a.gpu_indices}")
+            located.append((row, [cols_of[idx] for idx in a.gpu_indices], a.gpu_milli,
+                            a.cpu_milli, a.memory_mib))
+        self._change(located, sign)
+
+    def take_columns(self, rows: Sequence[int], columns: Sequence[Sequence[int]],
+                     gpu_milli: int, cpu_milli: int, memory_mib: int) -> None:
+        """:meth:`apply` by row and column (a planner's own choice): each of ``rows`` takes
+        ``gpu_milli`` on each of its ``columns``, ``cpu_milli`` and ``memory_mib``."""
+        self._change([(row, list(cols), gpu_milli, cpu_milli, memory_mib)
+                      for row, cols in zip(rows, columns, strict=True)], +1)
+
+    def _change(self, located: list[tuple[int, list[int], int, int, int]], sign: int) -> None:
+        """Apply (``sign`` +1) or release (-1) parts ``(row, columns, gpu milli, cpu, mem)``,
+        all or nothing: every part is checked before anything changes."""
+        names = self.layout.names
+        for row, cols, milli, cpu, mem in located:
             if cols:
+                if len(set(cols)) != len(cols):
+                    raise ValueError(f"{names[row]}: GPU index repeated in "
+                                     f"{self._indices(row, cols)}")
                 # Plain ints: a part holds a few GPUs, too few for numpy to pay off.
                 free = self.gpu_free[row].tolist()
                 now = [free[j] for j in cols]
-                new = [v - sign * a.gpu_milli for v in now]
+                new = [v - sign * milli for v in now]
                 if _NO_GPU in now:
-                    raise ValueError(f"{a.node}: GPU {a.gpu_indices} is unhealthy or absent")
+                    raise ValueError(f"{names[row]}: GPU {self._indices(row, cols)} is "
+                                     f"unhealthy or absent")
                 if min(new) < 0 or max(new) > MILLI_PER_GPU:
-                    raise ValueError(f"{a.node}: GPU milli out of range after update: "
+                    raise ValueError(f"{names[row]}: GPU milli out of range after update: "
                                      f"{np.array(new)}")
-            if sign > 0 and (self.cpu_free[row] < a.cpu_milli or self.mem_free[row] < a.memory_mib):
-                raise ValueError(f"{a.node}: CPU or RAM over-allocated")
-            located.append((row, cols, a))
-        for row, cols, a in located:
+            if sign > 0 and (self.cpu_free[row] < cpu or self.mem_free[row] < mem):
+                raise ValueError(f"{names[row]}: CPU or RAM over-allocated")
+        for row, cols, milli, cpu, mem in located:
             if cols:
-                self.gpu_free[row, cols] -= sign * a.gpu_milli
-            self.cpu_free[row] -= sign * a.cpu_milli
-            self.mem_free[row] -= sign * a.memory_mib
-        self._touched([row for row, _, _ in located])
+                self.gpu_free[row, cols] -= sign * milli
+            self.cpu_free[row] -= sign * cpu
+            self.mem_free[row] -= sign * mem
+        self._touched([row for row, *_ in located])
+
+    def _indices(self, row: int, cols: Sequence[int]) -> tuple[int, ...]:
+        return tuple(int(self.layout.gpu_index[row, j]) for j in cols)
 
     def apply(self, placement: Placement | Iterable[NodeAssignment]) -> None:
         """Take the capacity of a placement; :class:`ValueError` if it does not fit."""

@@ -6,8 +6,9 @@ node group ``k``
     Up nodes with equal GPU model, GPU memory, zone and bandwidth: every request values
     them alike (penalty ``p_{t,k}``) and draws on the same quota group ``h(t,k)`` there.
     Free capacity is summed over the group: ``W_k`` whole-free GPUs, ``M_k`` free GPU
-    milli, ``C_k`` CPU, ``R_k`` RAM, and ``B_{k,s} = sum_n floor(W_n / s)``, the parts of
-    ``s`` whole GPUs the group could hold, for each part size ``s >= 2`` in the queue.
+    milli, ``C_k`` CPU, ``R_k`` RAM, ``B_{k,s} = sum_n floor(W_n / s)`` for ``s`` from 2 to
+    the largest whole-GPU part in the queue, and ``S_{k,m} = sum_{n,j} floor(F_{n,j} / m)``
+    (``F_{n,j}``: free milli of GPU j of node n) for each share size ``m`` in the queue.
 request type ``t``
     Eligible requests with equal shape (``K_t`` parts of ``g_t`` GPUs of ``m_t`` milli,
     CPU ``c_t``, RAM ``r_t`` per part), equal view (compatibility, data zone, penalties),
@@ -36,16 +37,23 @@ Model
            \sum_t g_t m_t x_{t,k} \le M_k,\;
            \sum_t c_t x_{t,k} \le C_k,\;
            \sum_t r_t x_{t,k} \le R_k                           \quad\forall k
-    \qquad \sum_{t \text{ whole}: g_t \ge s} x_{t,k} \le B_{k,s}     \quad\forall k, s
+    \qquad \sum_{t \text{ whole}} \lfloor g_t / s \rfloor x_{t,k} \le B_{k,s}
+           \quad\forall k, s
+    \qquad \sum_{t \text{ share}} \lfloor m_t / m \rfloor x_{t,k}
+           + \sum_{t \text{ whole}} g_t \lfloor 1000 / m \rfloor x_{t,k} \le S_{k,m}
+           \quad\forall k, m
     \qquad \sum_{(t,b): q_b = q} y_{t,b} K_t g_t m_t
            + \sum_{t \text{ per-model}, k: h(t,k) = q} x_{t,k} g_t m_t \le Q_q  \quad\forall q
     \qquad \sum_{t \text{ whole, non-critical}, k} g_t x_{t,k} \le B          \text{(headroom)}
 
 Every constraint holds for every concrete plan (per-node packing is only enforced in
-aggregate, shares do not count against the headroom), so the model is a relaxation and
+aggregate; the block and share cuts hold per node and per GPU, hence summed: parts of
+``g_i`` GPUs on one node give ``sum floor(g_i/s) <= floor(W_n/s)``; shares do not count
+against the headroom), so the model is a relaxation and
 the solver's bound is an upper bound on the true optimum. The solution is made concrete
 by :func:`disaggregate`: chosen requests, largest first, are fitted by the greedy node
-choice restricted to the groups the solver gave them, then anywhere; then every request
+choice restricted to the groups the solver gave them (a gang's parts at most the solver's
+count per group), then anywhere; then every request
 still pending is offered a greedy fill. The caller keeps the result only if its concrete
 value beats greedy's. Past :data:`MAX_PAIRS` (type, group) pairs the model is not built.
 """
@@ -63,13 +71,14 @@ from gpu_pool.engine.capacity import FleetState
 from gpu_pool.engine.greedy import Cycle, fit, fit_key
 from gpu_pool.engine.objective import VALUE_SCALE, RequestView, effective_milli
 from gpu_pool.engine.types import Placement, SolveStatus
-from gpu_pool.model import Policy, PriorityClass, Request
+from gpu_pool.model import MILLI_PER_GPU, Policy, PriorityClass, Request
 
 _PER_MODEL = -9  # bucket group of a type whose quota group depends on the node's model
 _BIG = 1 << 40
 # Past this many (type, class) pairs the model cannot be built and solved within a
 # heartbeat in Python; the cycle keeps the greedy plan and says so in SolveStats.detail.
 MAX_PAIRS = 6000
+MAX_BLOCK_CUTS = 16  # block cuts for s = 2 .. this at most
 
 
 @dataclass(frozen=True)
@@ -216,11 +225,21 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
     if pairs > MAX_PAIRS:
         return SolverResult([], -1, None, SolveStatus.GREEDY, None,
                             f"solver skipped: {size} > {MAX_PAIRS}")
-    sizes = sorted({r.gpus for _, reqs in type_list for r in reqs[:1]
-                    if r.gpus >= 2 and not r.is_share})
-    # Whole-GPU parts of at least s GPUs a group can hold: sum over nodes of floor(W/s).
+    # Block cuts: per node, parts of g whole GPUs hold sum floor(g/s) <= floor(W/s) for
+    # any s, so a group holds at most B_{k,s} = sum_n floor(W_n/s) of them: one cut per
+    # s from 2 to the largest part (1 is the whole-GPU row).
+    largest = max((r.gpus for _, reqs in type_list for r in reqs[:1] if not r.is_share),
+                  default=0)
+    sizes = list(range(2, min(largest, MAX_BLOCK_CUTS + 1) + 1))
     blocks = {s_: np.bincount(up_group, weights=st.whole_free[up_rows] // s_,
                               minlength=n_groups).astype(np.int64) for s_ in sizes}
+    # Share cuts: per GPU, shares of m_i milli hold sum floor(m_i/m) <= floor(F/m) and a
+    # whole-GPU part takes a free GPU (floor(1000/m) units), for each share size m.
+    shares = sorted({r.gpu_milli for _, reqs in type_list for r in reqs[:1] if r.is_share})
+    free_gpu = st.gpu_free[up_rows]
+    slots = {m: np.bincount(up_group, weights=(np.where(free_gpu > 0, free_gpu, 0) // m
+                                                ).sum(axis=1), minlength=n_groups
+                            ).astype(np.int64) for m in shares}
     model = cp_model.CpModel()
     x: dict[tuple[int, int], cp_model.IntVar] = {}
     y: dict[tuple[int, tuple[int, int]], cp_model.IntVar] = {}
@@ -263,7 +282,13 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
                 cap["whole"][k].append((var, r0.gpus))
                 for s_ in sizes:
                     if r0.gpus >= s_:
-                        cap[f"block{s_}"][k].append((var, 1))
+                        cap[f"block{s_}"][k].append((var, r0.gpus // s_))
+                for m in shares:
+                    cap[f"slots{m}"][k].append((var, r0.gpus * (MILLI_PER_GPU // m)))
+            elif r0.is_share:
+                for m in shares:
+                    if r0.gpu_milli >= m:
+                        cap[f"slots{m}"][k].append((var, r0.gpu_milli // m))
                 if r0.priority is not PriorityClass.CRITICAL and start.headroom:
                     headroom_terms.append((var, r0.gpus))
             if part:
@@ -283,7 +308,8 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
             model.add(_total(ys) == 0)
     # Capacity per node group, summed over its nodes.
     limits = {"whole": grp.whole, "milli": grp.milli, "cpu": grp.cpu, "mem": grp.mem,
-              **{f"block{s_}": blocks[s_] for s_ in sizes}}
+              **{f"block{s_}": blocks[s_] for s_ in sizes},
+              **{f"slots{m}": slots[m] for m in shares}}
     for name, per_group in cap.items():
         for k, terms in per_group.items():
             model.add(_weighted(terms) <= int(limits[name][k]))
@@ -357,7 +383,10 @@ def disaggregate(cycle: Cycle, type_list: list, chosen: dict[int, list[Request]]
         rows = np.sort(np.concatenate([grp.members[k] for k in ks])) if ks else None
         choice = None
         if rows is not None:
-            choice = fit(cycle, r, weights[r.name], views[r.name], groups[r.name], rows)
+            # A gang's parts follow the solver's count per group, not just its groups.
+            caps = (grp.group_of_row, {k: left[(t, k)] for k in ks}) if r.nodes > 1 else None
+            choice = fit(cycle, r, weights[r.name], views[r.name], groups[r.name], rows,
+                         caps=caps)
         if choice is None:
             choice = fit(cycle, r, weights[r.name], views[r.name], groups[r.name])
         if choice is None:

@@ -27,13 +27,14 @@ over-allocates a GPU, CPU or RAM.
 
 from __future__ import annotations
 
+import bisect
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpu_pool.engine.capacity import FleetState
+from gpu_pool.engine.capacity import FleetLayout, FleetState
 from gpu_pool.engine.fragmentation import FleetFragmentation, WorkloadMix
 from gpu_pool.engine.objective import RequestView, part_value
 from gpu_pool.engine.quota import UNLIMITED
@@ -121,13 +122,14 @@ class Cycle:
         up_rows = [r for r in choice.rows if st.up[r]]
         whole_before = sum(int(st.whole_free[r]) for r in up_rows)
         gpu_index = st.layout.gpu_index
+        milli = request.gpu_milli if request.gpus else 0
         for row, cols in zip(choice.rows, choice.cols, strict=True):
             idx = tuple(int(gpu_index[row, c]) for c in cols)
             parts.append(NodeAssignment(
-                node=st.layout.names[row], gpu_indices=idx,
-                gpu_milli=request.gpu_milli if request.gpus else 0,
+                node=st.layout.names[row], gpu_indices=idx, gpu_milli=milli,
                 cpu_milli=request.cpu_milli, memory_mib=request.memory_mib))
-        st.apply(parts)
+        st.take_columns(choice.rows, choice.cols, milli, request.cpu_milli,
+                        request.memory_mib)
         if request.priority is not PriorityClass.CRITICAL:
             assert self.budget is not None
             self.budget -= whole_before - sum(int(st.whole_free[r]) for r in up_rows)
@@ -149,7 +151,7 @@ class Choice:
 
 
 def candidate_rows(cycle: Cycle, request: Request, view: RequestView, groups: np.ndarray,
-                   rows: np.ndarray | None = None) -> np.ndarray:
+                   rows: np.ndarray | None = None, masks: bool = True) -> np.ndarray:
     """Rows (sorted) where one part of ``request`` fits now; ``rows`` restricts the search.
 
     Capacity is checked directly on ``rows`` in a small cycle; a cycle of at least
@@ -158,7 +160,7 @@ def candidate_rows(cycle: Cycle, request: Request, view: RequestView, groups: np
     see :meth:`FleetState.fits`). Quota is checked on what is left.
     """
     st = cycle.state
-    if cycle.decisions >= FIT_MASK_DECISIONS:
+    if masks and cycle.decisions >= FIT_MASK_DECISIONS:
         fits = st.fits(request.gpus, request.gpu_milli, request.cpu_milli, request.memory_mib)
         if rows is None:
             rows = np.flatnonzero(view.compatible & view.zone_ok & fits)
@@ -239,7 +241,8 @@ def node_cost(cycle: Cycle, request: Request, rows: np.ndarray,
 
 
 def fit(cycle: Cycle, request: Request, weight: int, view: RequestView, groups: np.ndarray,
-        rows: np.ndarray | None = None) -> Choice | None:
+        rows: np.ndarray | None = None, masks: bool = True,
+        caps: tuple[np.ndarray, dict[int, int]] | None = None) -> Choice | None:
     """The greedy choice for ``request`` in ``cycle``, or None if it does not fit now.
 
     Searches the view's penalty levels lowest first and stops at the first level (with
@@ -252,14 +255,14 @@ def fit(cycle: Cycle, request: Request, weight: int, view: RequestView, groups: 
     found: list[np.ndarray] = []
     count = 0
     for level in levels:
-        cand = candidate_rows(cycle, request, view, groups, level)
+        cand = candidate_rows(cycle, request, view, groups, level, masks)
         if not len(cand):
             continue
         found.append(cand)
         count += len(cand)
         if count >= request.nodes:
             choice = _choose(cycle, request, weight, view, groups,
-                             found[0] if len(found) == 1 else np.concatenate(found))
+                             found[0] if len(found) == 1 else np.concatenate(found), caps)
             if choice is not None:
                 return choice
     if rows is None:
@@ -268,7 +271,10 @@ def fit(cycle: Cycle, request: Request, weight: int, view: RequestView, groups: 
 
 
 def _choose(cycle: Cycle, request: Request, weight: int, view: RequestView,
-            groups: np.ndarray, cand: np.ndarray) -> Choice | None:
+            groups: np.ndarray, cand: np.ndarray,
+            caps: tuple[np.ndarray, dict[int, int]] | None = None) -> Choice | None:
+    """The best rows of ``cand`` for ``request`` (see :func:`fit`); ``caps`` = (a code per
+    row, the most parts per code) limits how many parts of a gang go to rows of one code."""
     st = cycle.state
     share_cols = _tightest_cols(st, cand, request.gpu_milli) if request.is_share else None
     if cycle.headroom and request.priority is not PriorityClass.CRITICAL and request.gpus:
@@ -289,10 +295,16 @@ def _choose(cycle: Cycle, request: Request, weight: int, view: RequestView,
     else:
         chosen = []
         used: dict[int, int] = {}
+        taken: dict[int, int] = {}
         for k in np.argsort(score, kind="stable"):
             g = int(groups[cand[k]])
             if g >= 0 and part and cycle.remaining[g] - used.get(g, 0) < part:
                 continue
+            if caps is not None:
+                code = int(caps[0][cand[k]])
+                if taken.get(code, 0) >= caps[1].get(code, 0):
+                    continue
+                taken[code] = taken.get(code, 0) + 1
             chosen.append(int(k))
             if g >= 0:
                 used[g] = used.get(g, 0) + part
@@ -301,8 +313,17 @@ def _choose(cycle: Cycle, request: Request, weight: int, view: RequestView,
         if len(chosen) < request.nodes:
             return None
     rows_t = tuple(int(cand[k]) for k in chosen)
+    share_t = None if share_cols is None else tuple(int(share_cols[k]) for k in chosen)
+    return _make_choice(st, request, weight, view, groups, rows_t, share_t)
+
+
+def _make_choice(st: FleetState, request: Request, weight: int, view: RequestView,
+                 groups: np.ndarray, rows_t: tuple[int, ...],
+                 share_cols: tuple[int, ...] | None) -> Choice:
+    """The :class:`Choice` of ``rows_t`` (a share on each row's ``share_cols`` GPU; whole
+    GPUs on the lowest fully free columns)."""
     if share_cols is not None:
-        cols = tuple((int(share_cols[k]),) for k in chosen)
+        cols = tuple((c,) for c in share_cols)
     elif request.gpus:
         cols = tuple(tuple([j for j, v in enumerate(st.gpu_free[r].tolist())
                             if v == MILLI_PER_GPU][: request.gpus]) for r in rows_t)
@@ -323,6 +344,140 @@ def fit_key(request: Request, view: RequestView, groups: np.ndarray) -> tuple:
     return (request.gpus, request.gpu_milli, request.nodes, request.cpu_milli,
             request.memory_mib, view.signature, request.priority is PriorityClass.CRITICAL,
             id(groups))
+
+
+def fgd_off(cycle: Cycle) -> bool:
+    """True when no decision of ``cycle`` uses the FGD measure (best-fit decides)."""
+    return cycle.mix is None or not len(cycle.mix) or cycle.decisions > FGD_DECISIONS
+
+
+class BestFitChooser:
+    """:func:`fit` for a pass without the FGD measure, without a pass over the fleet.
+
+    Without FGD the node choice for one part is the lowest ``(penalty, free GPU milli,
+    row)`` among rows where the part fits. Rows of one node group (GPU model, card memory,
+    zone, bandwidth: :func:`group_codes`) share a request's penalty, data-move rule and
+    quota group, so the chooser keeps each group's up rows sorted by ``(free milli, row)``
+    and updates only the rows a commit touched. A decision walks the request's allowed
+    groups lowest penalty first; in each group it starts at the first row with enough
+    free milli and takes the first row the part fits, skipping rows already seen not to
+    fit this request type (within a greedy pass capacity, quota and the headroom budget
+    only shrink, so such a row never fits that type again). Gangs (several parts) take
+    :func:`fit` over the whole fleet. Same answers as :func:`fit`; ``tests/engine``
+    compare the two.
+    """
+
+    def __init__(self, cycle: Cycle) -> None:
+        st = cycle.state
+        self.cycle = cycle
+        self.code = group_codes(st.layout)
+        up = np.flatnonzero(st.up)
+        free = np.maximum(st.gpu_free, 0).sum(axis=1)
+        self.free_sum = free.tolist()
+        members: dict[int, list[tuple[int, int]]] = {}
+        for row, c, f in zip(up.tolist(), self.code[up].tolist(), free[up].tolist(),
+                             strict=True):
+            members.setdefault(c, []).append((f, row))
+        for lst in members.values():
+            lst.sort()
+        self.members = members
+        self.rep = {c: lst[0][1] for c, lst in members.items()}
+        self.levels: dict[int, list[list[int]]] = {}  # per view: groups by penalty
+        self.dead: dict[tuple, set[int]] = {}
+
+    def committed(self, rows: Sequence[int]) -> None:
+        """Take in a commit of ``rows`` (call after :meth:`Cycle.commit`)."""
+        st = self.cycle.state
+        for row in rows:
+            lst = self.members.get(int(self.code[row]))
+            if lst is None:
+                continue
+            old = (self.free_sum[row], row)
+            new = sum(v for v in st.gpu_free[row].tolist() if v > 0)
+            del lst[bisect.bisect_left(lst, old)]
+            bisect.insort(lst, (new, row))
+            self.free_sum[row] = new
+
+    def _levels(self, view: RequestView) -> list[list[int]]:
+        levels = self.levels.get(id(view))
+        if levels is None:
+            st = self.cycle.state
+            allowed = np.unique(self.code[view.compatible & view.zone_ok & st.up]).tolist()
+            by_pen: dict[int, list[int]] = {}
+            for c in allowed:
+                by_pen.setdefault(int(view.penalty[self.rep[c]]), []).append(c)
+            levels = self.levels[id(view)] = [by_pen[p] for p in sorted(by_pen)]
+        return levels
+
+    def fit(self, request: Request, weight: int, view: RequestView,
+            groups: np.ndarray) -> Choice | None:
+        cycle = self.cycle
+        if request.nodes > 1:
+            return fit(cycle, request, weight, view, groups, masks=False)
+        if request.gpus > cycle.max_block(request):
+            return None
+        critical = request.priority is PriorityClass.CRITICAL
+        if (cycle.headroom and not critical and request.gpus and not request.is_share
+                and request.gpus > (cycle.budget or 0)):
+            return None
+        st = cycle.state
+        share = request.is_share
+        guard = share and bool(cycle.headroom and not critical and (cycle.budget or 0) < 1)
+        part = request.gpus * request.gpu_milli
+        dead = self.dead.setdefault(fit_key(request, view, groups), set())
+        cpu, mem, gpus, milli = (request.cpu_milli, request.memory_mib, request.gpus,
+                                 request.gpu_milli)
+        remaining = cycle.remaining
+        for level in self._levels(view):
+            best: tuple[int, int] | None = None
+            for c in level:
+                if gpus > 0:
+                    g = int(groups[self.rep[c]])
+                    if g != UNLIMITED and not (g >= 0 and len(remaining)
+                                               and remaining[g] >= part):
+                        continue
+                lst = self.members[c]
+                for i in range(bisect.bisect_left(lst, (part if gpus else 0, -1)), len(lst)):
+                    key = lst[i]
+                    if best is not None and key >= best:
+                        break
+                    row = key[1]
+                    if row in dead:
+                        continue
+                    ok = st.cpu_free[row] >= cpu and st.mem_free[row] >= mem
+                    if ok and gpus > 0:
+                        if share:
+                            fits = [v for v in st.gpu_free[row].tolist() if v >= milli]
+                            ok = bool(fits) and not (guard and min(fits) == MILLI_PER_GPU)
+                        else:
+                            ok = st.whole_free[row] >= gpus
+                    if ok:
+                        best = key
+                        break
+                    dead.add(row)
+            if best is not None:
+                row = best[1]
+                cols = None
+                if share:
+                    free = st.gpu_free[row]
+                    cols = (int(np.argmin(np.where(free >= milli, free, MILLI_PER_GPU + 1))),)
+                return _make_choice(st, request, weight, view, groups, (row,), cols)
+        cycle._blocks = None
+        return None
+
+
+def group_codes(layout: FleetLayout) -> np.ndarray:
+    """Per row a node-group code: equal for rows of equal GPU model, card memory, zone and
+    bandwidth, which every request sees alike (penalty, data move, quota group)."""
+    codes = layout.views.get("group_codes")
+    if codes is None:
+        pairs: dict[tuple, int] = {}
+        codes = np.array([pairs.setdefault((m, int(mem), z, float(bw)), len(pairs))
+                          for m, mem, z, bw in zip(layout.models, layout.gpu_memory,
+                                                   layout.zones, layout.bandwidth,
+                                                   strict=True)], dtype=np.int64)
+        layout.views["group_codes"] = codes
+    return codes
 
 
 def greedy_order(requests: Sequence[Request], weights: dict[str, int]) -> list[Request]:
@@ -386,14 +541,20 @@ def run_greedy(cycle: Cycle, ordered: Sequence[Request], weights: dict[str, int]
     placements: list[Placement] = []
     total = 0
     failed: set[tuple] = set()
+    chooser = BestFitChooser(cycle) if fgd_off(cycle) else None
     for r in ordered:
         key = fit_key(r, views[r.name], groups[r.name])
         if key in failed:
             continue
-        choice = fit(cycle, r, weights[r.name], views[r.name], groups[r.name])
+        if chooser is not None:
+            choice = chooser.fit(r, weights[r.name], views[r.name], groups[r.name])
+        else:
+            choice = fit(cycle, r, weights[r.name], views[r.name], groups[r.name])
         if choice is None:
             failed.add(key)
             continue
         placements.append(cycle.commit(r, choice))
+        if chooser is not None:
+            chooser.committed(choice.rows)
         total += choice.value
     return placements, total
