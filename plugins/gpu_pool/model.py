@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from gpu_pool.errors import SpecError
+
 MILLI_PER_GPU = 1000
 
 
@@ -348,6 +350,26 @@ class Policy:
     solver_time_limit_s: float = 0.2
     solver_workers: int = 2
     solver_seed: int = 0
+    # Starvation guard (see gpu_pool.engine.reserve): a request pending this long reserves
+    # the node(s) it would fit soonest on, closed to everything else until it starts.
+    # timedelta(0) turns the rule off.
+    reserve_after: timedelta = timedelta(hours=1)
+    # At most this many starving requests hold reservations per cycle (0: rule off).
+    max_reservations: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reserve_after, timedelta) or self.reserve_after < timedelta(0):
+            raise SpecError("reserve_after", self.reserve_after,
+                            "a duration of zero (off) or more, like timedelta(hours=1)")
+        if (isinstance(self.max_reservations, bool) or not isinstance(self.max_reservations, int)
+                or self.max_reservations < 0):
+            raise SpecError("max_reservations", self.max_reservations,
+                            "a whole number of 0 (off) or more")
+
+    @property
+    def reserves(self) -> bool:
+        """Whether the starvation guard is on (:mod:`gpu_pool.engine.reserve`)."""
+        return self.max_reservations > 0 and self.reserve_after > timedelta(0)
 
     def weight(self, priority: PriorityClass) -> int:
         return self.priority_weights[priority]

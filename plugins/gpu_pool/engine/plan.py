@@ -6,6 +6,8 @@ Steps of :func:`plan_on_state`:
    per node;
 2. set aside what cannot be placed this cycle at all (never fits, data not ready);
 3. build the start cycle (a private copy of free capacity, quota left, headroom, FGD);
+   requests pending past ``policy.reserve_after`` go into it first when they fit, else
+   close the node(s) they need to everything else (:mod:`gpu_pool.engine.reserve`);
 4. greedy priority-order placement on a copy of it (small cycles try three orders
    within a priority and keep the best, see :func:`~gpu_pool.engine.greedy.best_greedy`):
    the baseline;
@@ -33,7 +35,7 @@ from datetime import datetime
 
 import numpy as np
 
-from gpu_pool.engine import cpsat, exact, preempt
+from gpu_pool.engine import cpsat, exact, preempt, reserve
 from gpu_pool.engine.capacity import FleetState
 from gpu_pool.engine.compat import never_fits
 from gpu_pool.engine.fragmentation import TaskShape, WorkloadMix
@@ -127,8 +129,12 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
         state.fragmentation(mix)  # warm the caller's cache: later copies rebind, not rebuild
     start = Cycle(state.copy(), book.remaining(), policy.critical_headroom_gpus,
                   mix if len(mix) else None, decisions=max(len(eligible), 1))
-    # 4. greedy
     ordered = greedy_order(eligible, weights)
+    held = reserve.reserve(start, ordered, weights, views, groups, policy, now)
+    if held.placements:
+        first = held.placed
+        ordered = [r for r in ordered if r.name not in first]
+    # 4. greedy
     work, placements, greedy_value = best_greedy(start, ordered, weights, views, groups)
     stats = SolveStats(SolveStatus.GREEDY if eligible else SolveStatus.TRIVIAL,
                        0.0, float(greedy_value), float(greedy_value))
@@ -155,6 +161,8 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
         stats = SolveStats(status, 0.0, float(best_value), float(greedy_value),
                            None if upper is None else float(max(upper, best_value)),
                            result.detail)
+    if held.placements:
+        placements = [*held.placements, *placements]
     # 6. critical requests still pending may preempt preemptible allocations
     placed = {p.request_name for p in placements}
     waiting = [r for r in ordered if r.name not in placed]
@@ -164,7 +172,7 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
         placements = [*placements, *won]
         placed |= {p.request_name for p in won}
     # 7. reasons
-    inputs = ReasonInputs(start, final, book, policy)
+    inputs = ReasonInputs(held.reason_start or start, final, book, policy, held)
     # Requests of one type get the same reason (the sentence names no request): decide once.
     decided: dict[tuple, PendingReason] = {}
     pending_list = []
@@ -172,7 +180,8 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
         if r.name in placed:
             continue
         key = (view_key(r), r.priority is PriorityClass.CRITICAL, id(groups[r.name]),
-               never[r.name], None if r.data_ready else (r.dataset and r.dataset.uri))
+               never[r.name], None if r.data_ready else (r.dataset and r.dataset.uri),
+               held.holder(r.name) if held.reservations else None)
         reason = decided.get(key)
         if reason is None:
             reason = pending_reason(r, weights[r.name], views[r.name], groups[r.name], inputs,
@@ -183,9 +192,13 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
     by_name = {p.request_name: p for p in placements}
     ordered_placements: tuple[Placement, ...] = tuple(
         by_name[r.name] for r in requests if r.name in by_name)
-    stats = SolveStats(stats.status, time.perf_counter() - t0, stats.objective,
-                       stats.greedy_objective, stats.upper_bound, stats.detail)
-    return Plan(ordered_placements, pending, tuple(preemptions), stats)
+    pre = held.value  # starving requests placed first count on both sides
+    stats = SolveStats(stats.status, time.perf_counter() - t0, stats.objective + pre,
+                       stats.greedy_objective + pre,
+                       None if stats.upper_bound is None else stats.upper_bound + pre,
+                       stats.detail)
+    reservations = tuple(x for x in held.reservations if x.request_name not in placed)
+    return Plan(ordered_placements, pending, tuple(preemptions), stats, reservations)
 
 
 def greedy_plan(snapshot: Snapshot) -> Plan:

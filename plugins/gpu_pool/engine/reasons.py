@@ -12,8 +12,11 @@ The first test that holds gives the reason:
    whole GPUs kept for critical work.
 6. ``outranked``: it fitted the capacity free at the start of the cycle, which went to
    more valuable requests.
-7. ``waiting_for_capacity``: it does not fit the free capacity; the sentence says what
-   is missing ("needs 4 A100 GPUs on one node; largest free block is 3").
+7. ``node_reserved``: it would fit, but only on nodes reserved for a starving request
+   (:mod:`gpu_pool.engine.reserve`); the sentence names the nodes and the request.
+8. ``waiting_for_capacity``: it does not fit the free capacity; the sentence says what
+   is missing ("needs 4 A100 GPUs on one node; largest free block is 3"). A starving
+   request holding a reservation says so after it ("; g3-7 reserved for it since ...").
 
 Invariant: the functions here only read the cycles they are given.
 """
@@ -21,6 +24,8 @@ Invariant: the functions here only read the cycles they are given.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +36,9 @@ from gpu_pool.engine.quota import EXPIRED, NO_QUOTA, UNLIMITED, QuotaBook
 from gpu_pool.engine.types import PendingReason, ReasonCode
 from gpu_pool.model import MILLI_PER_GPU, Policy, Request
 
+if TYPE_CHECKING:
+    from gpu_pool.engine.reserve import Held
+
 
 @dataclass(frozen=True)
 class ReasonInputs:
@@ -38,6 +46,7 @@ class ReasonInputs:
     end: Cycle  # free capacity after the plan
     book: QuotaBook
     policy: Policy
+    held: Held | None = None  # the starvation guard's reservations this cycle, if any
 
 
 def _gpus(milli: float) -> str:
@@ -140,5 +149,37 @@ def pending_reason(request: Request, weight: int, view: RequestView, groups: np.
             return PendingReason(name, ReasonCode.HEADROOM_RESERVED,
                                  f"{inputs.start.headroom} whole GPUs are held for critical "
                                  f"work and only {inputs.start.state.whole_free_up()} are free")
+    held = inputs.held
+    opened = held.open_start if held is not None else None
+    if opened is not None and held is not None:
+        mine = held.holder(name)
+        if mine is not None:
+            return PendingReason(
+                name, ReasonCode.WAITING_FOR_CAPACITY,
+                f"{_missing(request, view, opened)}; {', '.join(mine.nodes)} reserved for it "
+                f"since {mine.since:%Y-%m-%d %H:%M} UTC (pending over "
+                f"{_duration(inputs.policy.reserve_after)}): nothing else starts there until "
+                "it does")
+        choice = fit(opened, request, weight, view, groups)
+        if choice is not None:
+            nodes = opened.state.layout.names
+            taken = {nodes[row] for row in choice.rows}
+            for x in held.reservations:
+                if taken & set(x.nodes):
+                    return PendingReason(
+                        name, ReasonCode.NODE_RESERVED,
+                        f"fits only on {', '.join(sorted(taken & set(x.nodes)))}, reserved "
+                        f"for {x.request_name} (pending over "
+                        f"{_duration(inputs.policy.reserve_after)}: starving requests go "
+                        "first)")
     return PendingReason(name, ReasonCode.WAITING_FOR_CAPACITY,
                          _missing(request, view, inputs.start))
+
+
+def _duration(d: timedelta) -> str:
+    seconds = int(d.total_seconds())
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"

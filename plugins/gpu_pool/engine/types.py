@@ -43,6 +43,8 @@ class ReasonCode(enum.StrEnum):
     WAITING_FOR_CAPACITY = "waiting_for_capacity"
     OUTRANKED = "outranked"
     DATA_ZONE = "waiting_for_data_zone"
+    # It fits only on nodes reserved for a starving request (gpu_pool.engine.reserve).
+    NODE_RESERVED = "node_reserved"
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,17 @@ class SolveStats:
 
 
 @dataclass(frozen=True)
+class Reservation:
+    """Nodes closed to new work this cycle so that a starving request can start there
+    (:mod:`gpu_pool.engine.reserve`): ``since`` is when it began to starve (submitted +
+    ``Policy.reserve_after``)."""
+
+    request_name: str
+    nodes: tuple[str, ...]
+    since: datetime
+
+
+@dataclass(frozen=True)
 class Plan:
     placements: tuple[Placement, ...]
     pending: tuple[PendingReason, ...]
@@ -106,6 +119,9 @@ class Plan:
     stats: SolveStats = field(
         default_factory=lambda: SolveStats(SolveStatus.TRIVIAL, 0.0, 0.0, 0.0)
     )
+    # Starving requests that hold nodes this cycle (none unless one waited past
+    # Policy.reserve_after and does not fit now).
+    reservations: tuple[Reservation, ...] = ()
 
     def placement_of(self, request_name: str) -> Placement | None:
         for p in self.placements:

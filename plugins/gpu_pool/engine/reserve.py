@@ -1,0 +1,176 @@
+"""Starvation guard: a request that has waited too long reserves the node(s) it needs.
+
+Without it a large request (8 GPUs, a gang) can wait forever: every cycle the few nodes
+that could ever hold it are back-filled with small requests the moment anything frees
+there (measured on the openb trace: 8-GPU requests waiting 26 days while best-fit starts
+them within a minute). Slurm's backfill reservation, Kueue's reservations and YARN's
+reservations all answer it the same way, and so does this module.
+
+Terms
+-----
+starving
+    Eligible (data ready, could ever fit) and pending for at least
+    ``Policy.reserve_after`` (``now - submitted_at``).
+shortfall of a row
+    What a part of the request still lacks there, as the largest fraction over its
+    resources: whole GPUs missing / GPUs asked (for a share: milli missing on the row's
+    freest GPU / milli asked), CPU missing / CPU asked, RAM missing / RAM asked.
+    0 means it fits the row now.
+
+Rule (applied to the start cycle, before greedy and CP-SAT, so every planner sees it):
+starving requests are taken in greedy order (aged weight, larger first, older first).
+Each that fits now (:func:`~gpu_pool.engine.greedy.fit`, headroom and quota included) is
+committed first: it is placed this cycle ahead of everything else. Each that does not
+fit reserves the K rows it would fit soonest on (K: its nodes; rows compatible, data move
+allowed, up, able to hold it when empty, with quota left for it; smallest shortfall,
+then smaller summed shortfall, then the fixed node order of
+:func:`~gpu_pool.engine.greedy.node_order`). Reserved rows are closed for the cycle: marked
+not up in the start cycle's private copy, so greedy, CP-SAT and preemption place nothing
+there, critical work included (critical work keeps its headroom and may preempt elsewhere;
+a starving critical request reserves like any other). A row reserved for one request is
+never offered to the next. The walk stops after ``Policy.max_reservations`` reservations.
+
+Why it ends: nothing new lands on a reserved row, so its shortfall never grows; the
+smallest shortfall over the fleet never grows from one cycle to the next and falls as work
+on the reserved rows ends, so the reservation moves only to a row closer to fitting.
+
+Invariants: works on the cycle it is given (the planner's private copy) and nothing else;
+with no starving request it changes nothing, so plans are exactly those without the rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+
+from gpu_pool.engine.greedy import Cycle, fit, node_order
+from gpu_pool.engine.objective import RequestView
+from gpu_pool.engine.quota import UNLIMITED
+from gpu_pool.engine.types import Placement, Reservation
+from gpu_pool.model import Policy, Request
+
+
+@dataclass
+class Held:
+    """What the guard did to the start cycle."""
+
+    placements: list[Placement] = field(default_factory=list)  # starving, placed first
+    value: int = 0  # their value (objective units)
+    reservations: list[Reservation] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)  # every reserved row
+    # For reasons: the start cycle before the guard placed anything, with the reserved rows
+    # closed (None: the guard did nothing), and with them open (None: none reserved).
+    reason_start: Cycle | None = None
+    open_start: Cycle | None = None
+
+    @property
+    def placed(self) -> set[str]:
+        return {p.request_name for p in self.placements}
+
+    def holder(self, name: str) -> Reservation | None:
+        return next((x for x in self.reservations if x.request_name == name), None)
+
+
+def starving(ordered: Sequence[Request], policy: Policy, now: datetime) -> list[Request]:
+    """The requests of ``ordered`` (eligible, in greedy order) that waited past the limit."""
+    if not policy.reserves:
+        return []
+    limit = policy.reserve_after
+    return [r for r in ordered if r.submitted_at is not None and now - r.submitted_at >= limit]
+
+
+def shortfall(cycle: Cycle, request: Request, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``rows``: the shortfall (module docstring) and the summed fractions."""
+    st = cycle.state
+    parts = []
+    if request.gpus and request.is_share:
+        best = np.maximum(st.gpu_free[rows], 0).max(axis=1)
+        parts.append(np.maximum(request.gpu_milli - best, 0) / request.gpu_milli)
+    elif request.gpus:
+        parts.append(np.maximum(request.gpus - st.whole_free[rows], 0) / request.gpus)
+    if request.cpu_milli:
+        parts.append(np.maximum(request.cpu_milli - st.cpu_free[rows], 0) / request.cpu_milli)
+    if request.memory_mib:
+        parts.append(np.maximum(request.memory_mib - st.mem_free[rows], 0) / request.memory_mib)
+    if not parts:
+        zero = np.zeros(len(rows))
+        return zero, zero
+    stacked = np.vstack(parts)
+    return stacked.max(axis=0), stacked.sum(axis=0)
+
+
+def holdable_rows(cycle: Cycle, request: Request, view: RequestView,
+                  groups: np.ndarray) -> np.ndarray:
+    """Rows a part of ``request`` could take once enough work there ends: compatible, data
+    move allowed, up, big enough when empty (healthy GPUs, CPU, RAM), quota left."""
+    st = cycle.state
+    layout = st.layout
+    rows = np.flatnonzero(view.compatible & view.zone_ok & st.up)
+    if not len(rows):
+        return rows
+    ok = (layout.cpu_total[rows] >= request.cpu_milli) & (
+        layout.mem_total[rows] >= request.memory_mib)
+    if request.gpus:
+        healthy = (st.gpu_free[rows] >= 0).sum(axis=1)
+        ok &= healthy >= (1 if request.is_share else request.gpus)
+        g = groups[rows]
+        quota_ok = g == UNLIMITED
+        if len(cycle.remaining):
+            part = request.gpus * request.gpu_milli
+            quota_ok |= (g >= 0) & (cycle.remaining[np.maximum(g, 0)] >= part)
+        ok &= quota_ok
+    return rows[ok]
+
+
+def _close(cycle: Cycle, rows: Sequence[int]) -> None:
+    st = cycle.state
+    for row in rows:
+        if cycle.budget is not None:
+            cycle.budget -= int(st.whole_free[row])
+        st.set_schedulable(st.layout.names[row], False)
+    cycle._blocks = None
+
+
+def reserve(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
+            views: dict[str, RequestView], groups: dict[str, np.ndarray], policy: Policy,
+            now: datetime) -> Held:
+    """Apply the rule (module docstring) to ``start`` (changed in place)."""
+    held = Held()
+    hungry = starving(ordered, policy, now)
+    if not hungry:
+        return held
+    names = start.state.layout.names
+    untouched: Cycle | None = None  # the start cycle before the first change, for reasons
+    for r in hungry:
+        view, g = views[r.name], groups[r.name]
+        choice = fit(start, r, weights[r.name], view, g)
+        if choice is not None:
+            untouched = untouched or start.clone()
+            held.placements.append(start.commit(r, choice))
+            held.value += choice.value
+            continue
+        rows = holdable_rows(start, r, view, g)
+        if len(rows) < r.nodes:
+            continue  # nothing it could ever take is open: reserving would only idle nodes
+        worst, total = shortfall(start, r, rows)
+        order = np.lexsort((node_order(start.state)[rows], total, worst))
+        chosen = [int(rows[k]) for k in order[: r.nodes]]
+        untouched = untouched or start.clone()
+        _close(start, chosen)
+        held.rows.extend(chosen)
+        assert r.submitted_at is not None
+        held.reservations.append(Reservation(
+            r.name, tuple(names[row] for row in chosen), r.submitted_at + policy.reserve_after))
+        if len(held.reservations) >= policy.max_reservations:
+            break
+    if held.rows:
+        assert untouched is not None
+        held.open_start = untouched
+        held.reason_start = untouched.clone()
+        _close(held.reason_start, held.rows)
+    elif held.placements:
+        held.reason_start = untouched
+    return held
