@@ -67,3 +67,20 @@ def test_untimed_task_lists_are_refused() -> None:
                     (TraceTask("a", 1000, 1024, 1, 1000),), "nodes", "pods.csv")
     with pytest.raises(SpecError, match="creation_time"):
         run_replay(untimed, "fifo")
+
+
+def test_engine_reservation_ends_the_starvation_of_a_big_task() -> None:
+    # One 2-GPU node; 1-GPU tasks of 600 s arrive every 300 s, so one GPU frees every 300 s
+    # and is taken at once; the 2-GPU task b needs the node empty. Without the guard it
+    # waits for the stream to end; with it, it reserves the node at the first cycle after
+    # 600 s of waiting (900: s1 ends, s3 arrives and waits) and starts when s2 ends (1200).
+    tasks = (timed("b", 2, 30, 100), *[timed(f"s{k}", 1, 300 * k, 600) for k in range(30)])
+    trace = Trace((TraceNode("n", 8000, 65536, 2, "T4"),), tasks, "nodes", "pods")
+
+    def delay_of_b(**guard: float) -> float | None:
+        result = run_replay(trace, "engine", ReplayConfig(heartbeat_s=60, **guard))
+        (s,) = [s for j, s in zip(result.jobs, result.start, strict=True) if j.task.name == "b"]
+        return None if s is None else s - 30
+
+    assert delay_of_b(reserve_after_s=0) >= 8700  # after the whole stream
+    assert delay_of_b(reserve_after_s=600) == 1200 - 30

@@ -57,6 +57,9 @@ def test_replay_prints_the_report(capsys: pytest.CaptureFixture[str]) -> None:
         (["packing", "--policy", "engine", "--seeds", "42", "--batch", "0"], "batch: got 0"),
         (["replay", "--policy", "random"], "policy: got 'random'"),
         (["replay", "--policy", "fifo", "--fleet-fraction", "2"], "fleet-fraction: got 2.0"),
+        (["replay", "--policy", "engine", "--reserve-after", "-5"], "reserve-after: got -5.0"),
+        (["replay", "--policy", "engine", "--max-reservations", "-1"],
+         "max-reservations: got -1"),
     ],
 )
 def test_bad_arguments_exit_2(argv: list[str], message: str,

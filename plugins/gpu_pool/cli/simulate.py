@@ -52,6 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     replay.add_argument("--fleet-fraction", type=float, default=1.0,
                         help="replay on this share of the nodes, stratified by model and "
                              "size (the openb sample loads ~0.2%% of the full fleet)")
+    replay.add_argument("--reserve-after", type=float, default=None, metavar="SECONDS",
+                        help="engine: a request pending this long reserves nodes "
+                             "(Policy.reserve_after; default 3600, 0: off)")
+    replay.add_argument("--max-reservations", type=int, default=None, metavar="N",
+                        help="engine: most starving requests holding nodes per cycle "
+                             "(Policy.max_reservations; default 1, 0: off)")
     replay.set_defaults(func=replay_handler)
 
 
@@ -92,10 +98,16 @@ def replay_handler(args: argparse.Namespace) -> int:
         raise SpecError("sample", args.sample, "a fraction in (0, 1]")
     if not 0 < args.fleet_fraction <= 1:
         raise SpecError("fleet-fraction", args.fleet_fraction, "a fraction in (0, 1]")
+    if args.reserve_after is not None and not args.reserve_after >= 0:
+        raise SpecError("reserve-after", args.reserve_after, "seconds, 0 (off) or more")
+    if args.max_reservations is not None and args.max_reservations < 0:
+        raise SpecError("max-reservations", args.max_reservations, "an integer >= 0 (0: off)")
     trace = load_trace(args.nodes, args.pods)
     config = ReplayConfig(heartbeat_s=args.heartbeat, sample=args.sample, seed=args.seed,
                           max_cycle_tasks=args.max_cycle_tasks,
-                          fleet_fraction=args.fleet_fraction)
+                          fleet_fraction=args.fleet_fraction,
+                          reserve_after_s=args.reserve_after,
+                          max_reservations=args.max_reservations)
     result = run_replay(trace, args.policy, config)
     summary = replay_summary(result)
     if args.json:

@@ -73,6 +73,9 @@ class ReplayConfig:
     seed: int = 42
     max_cycle_tasks: int = 2000
     fleet_fraction: float = 1.0  # replay on this share of the nodes (stratified, seeded)
+    # The engine's starvation guard (Policy.reserve_after, max_reservations); None: default.
+    reserve_after_s: float | None = None
+    max_reservations: int | None = None
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,12 @@ class _Runner:
         self.frag = FleetFragmentation(self.fleet.free_milli, self.fleet.free_cpu,
                                        self.fleet.free_memory, self.fleet.models, self.mix)
         self.engine_mix = engine_mix(trace.tasks)
-        self.engine_policy = Policy()
+        guard: dict[str, Any] = {}
+        if config.reserve_after_s is not None:
+            guard["reserve_after"] = timedelta(seconds=config.reserve_after_s)
+        if config.max_reservations is not None:
+            guard["max_reservations"] = config.max_reservations
+        self.engine_policy = Policy(**guard)
         self.nodes = tuple(domain_node(n, self.engine_policy) for n in trace.nodes)
         self.state = FleetState.from_nodes(self.nodes) if policy == "engine" else None
         self.row_of = {n.name: i for i, n in enumerate(self.nodes)}
