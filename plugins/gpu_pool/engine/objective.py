@@ -52,12 +52,12 @@ TOP_CLASS_AGING_CAP = 8
 
 def aged_weight(request: Request, policy: Policy, now: datetime) -> int:
     """``w(r)`` of the module docstring."""
-    base = policy.weight(request.priority)
-    higher = [policy.weight(p) for p in PriorityClass if policy.weight(p) > base]
-    cap = min(higher) - 1 if higher else base * TOP_CLASS_AGING_CAP
-    cap = max(cap, base)
+    weights = policy.priority_weights
+    base = weights[request.priority]
     if request.submitted_at is None:
         return base
+    higher = min((w for w in weights.values() if w > base), default=None)
+    cap = max(higher - 1 if higher is not None else base * TOP_CLASS_AGING_CAP, base)
     half_life = policy.aging_half_life.total_seconds()
     waited = max((now - request.submitted_at).total_seconds(), 0.0)
     if half_life <= 0:
