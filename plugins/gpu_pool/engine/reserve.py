@@ -19,7 +19,10 @@ shortfall of a row
 
 Rule (applied to the start cycle, before greedy and CP-SAT, so every planner sees it):
 starving requests are taken in greedy order (aged weight, larger first, older first).
-Each that fits now (:func:`~gpu_pool.engine.greedy.fit`, headroom and quota included) is
+The first ``Policy.max_reservations`` of them are served (the rest wait their turn, as
+in Slurm, where only the top of the queue holds a reservation; serving every starving
+request of a long backlog would turn the cycle into a fixed-order greedy pass): each that
+fits now (:func:`~gpu_pool.engine.greedy.fit`, headroom and quota included) is
 committed first: it is placed this cycle ahead of everything else. Each that does not
 fit reserves the K rows it would fit soonest on (K: its nodes; rows compatible, data move
 allowed, up, able to hold it when empty, with quota left for it; smallest shortfall,
@@ -28,7 +31,7 @@ then smaller summed shortfall, then the fixed node order of
 not up in the start cycle's private copy, so greedy, CP-SAT and preemption place nothing
 there, critical work included (critical work keeps its headroom and may preempt elsewhere;
 a starving critical request reserves like any other). A row reserved for one request is
-never offered to the next. The walk stops after ``Policy.max_reservations`` reservations.
+never offered to the next.
 
 Why it ends: nothing new lands on a reserved row, so its shortfall never grows; the
 smallest shortfall over the fleet never grows from one cycle to the next and falls as work
@@ -146,7 +149,11 @@ def reserve(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
     untouched: Cycle | None = None  # the start cycle before the first change, for reasons
     for r in hungry:
         view, g = views[r.name], groups[r.name]
-        choice = fit(start, r, weights[r.name], view, g)
+        if len(held.placements) + len(held.reservations) >= policy.max_reservations:
+            break
+        # No fit masks: this start cycle is cloned by every planner after it, and masks
+        # would be carried and refreshed through each of their passes.
+        choice = fit(start, r, weights[r.name], view, g, masks=False)
         if choice is not None:
             untouched = untouched or start.clone()
             held.placements.append(start.commit(r, choice))
@@ -164,8 +171,6 @@ def reserve(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
         assert r.submitted_at is not None
         held.reservations.append(Reservation(
             r.name, tuple(names[row] for row in chosen), r.submitted_at + policy.reserve_after))
-        if len(held.reservations) >= policy.max_reservations:
-            break
     if held.rows:
         assert untouched is not None
         held.open_start = untouched
