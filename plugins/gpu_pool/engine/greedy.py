@@ -124,7 +124,8 @@ class Cycle:
         gpu_index = st.layout.gpu_index
         milli = request.gpu_milli if request.gpus else 0
         for row, cols in zip(choice.rows, choice.cols, strict=True):
-            idx = tuple(int(gpu_index[row, c]) for c in cols)
+            index = gpu_index[row].tolist()
+            idx = tuple(index[c] for c in cols)
             parts.append(NodeAssignment(
                 node=st.layout.names[row], gpu_indices=idx, gpu_milli=milli,
                 cpu_milli=request.cpu_milli, memory_mib=request.memory_mib))
@@ -410,7 +411,8 @@ class BestFitChooser:
         return levels
 
     def fit(self, request: Request, weight: int, view: RequestView,
-            groups: np.ndarray) -> Choice | None:
+            groups: np.ndarray, key: tuple | None = None) -> Choice | None:
+        """:func:`fit`; ``key``: the request's :func:`fit_key` when the caller has it."""
         cycle = self.cycle
         if request.nodes > 1:
             return fit(cycle, request, weight, view, groups, masks=False)
@@ -424,7 +426,7 @@ class BestFitChooser:
         share = request.is_share
         guard = share and bool(cycle.headroom and not critical and (cycle.budget or 0) < 1)
         part = request.gpus * request.gpu_milli
-        dead = self.dead.setdefault(fit_key(request, view, groups), set())
+        dead = self.dead.setdefault(key or fit_key(request, view, groups), set())
         cpu, mem, gpus, milli = (request.cpu_milli, request.memory_mib, request.gpus,
                                  request.gpu_milli)
         remaining = cycle.remaining
@@ -547,7 +549,7 @@ def run_greedy(cycle: Cycle, ordered: Sequence[Request], weights: dict[str, int]
         if key in failed:
             continue
         if chooser is not None:
-            choice = chooser.fit(r, weights[r.name], views[r.name], groups[r.name])
+            choice = chooser.fit(r, weights[r.name], views[r.name], groups[r.name], key)
         else:
             choice = fit(cycle, r, weights[r.name], views[r.name], groups[r.name])
         if choice is None:
