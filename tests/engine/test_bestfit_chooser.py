@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 
-import pytest
 from engine_factories import random_snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -9,47 +9,50 @@ from engine_factories import random_snapshot
 from ortools.sat.python import cp_model
 
 from gpu_pool.engine import plan
-from gpu_pool.engine.lp import solve_relaxation
+from gpu_pool.engine.lp import LinearModel
 
 
 def test_relaxation_of_a_knapsack_is_the_fractional_optimum() -> None:
     # max 5a + 4b, 6a + 4b <= 9, a, b in [0, 1]: fractional optimum b = 1, a = 5/6.
-    m = cp_model.CpModel()
-    a, b = m.new_int_var(0, 1, "a"), m.new_int_var(0, 1, "b")
-    m.add(6 * a + 4 * b <= 9)
-    m.maximize(5 * a + 4 * b)
-    r = solve_relaxation(m, 1.0)
+    lm = LinearModel()
+    a, b = lm.var(0, 1, "a"), lm.var(0, 1, "b")
+    lm.add([(a, 6), (b, 4)], high=9)
+    lm.maximize((a, 5))
+    lm.maximize((b, 4))
+    r = lm.relax(1.0)
     assert r is not None
     assert r.objective == pytest.approx(4 + 5 * 5 / 6)
     assert r.values == pytest.approx([5 / 6, 1.0])
+    model, _ = lm.cp_model()
     solver = cp_model.CpSolver()
-    assert solver.solve(m) == cp_model.OPTIMAL
-    assert r.objective >= solver.objective_value  # the LP bounds the integer optimum (5)
+    assert solver.solve(model) == cp_model.OPTIMAL
+    assert solver.objective_value == 5  # b alone: the integer optimum, below the LP's
+    assert r.objective >= solver.objective_value
 
 
 def test_equalities_ranges_and_large_coefficients() -> None:
-    m = cp_model.CpModel()
-    x, y = m.new_int_var(0, 100, "x"), m.new_int_var(0, 100, "y")
-    m.add(x + y == 10)
-    m.add_linear_constraint(x - y, -4, 4)
-    m.maximize(40_000_000_000 * x + 10_000_000_000 * y)
-    r = solve_relaxation(m, 1.0)
+    lm = LinearModel()
+    x, y = lm.var(0, 100, "x"), lm.var(0, 100, "y")
+    lm.add([(x, 1), (y, 1)], 10, 10)
+    lm.add([(x, 1), (y, -1)], -4, 4)
+    lm.maximize((x, 40_000_000_000))
+    lm.maximize((y, 10_000_000_000))
+    lm.maximize((y, 1))  # terms on one variable add up
+    r = lm.relax(1.0)
     assert r is not None and r.values == pytest.approx([7.0, 3.0])
-    assert r.objective == pytest.approx(310_000_000_000, rel=1e-9)
+    assert r.objective == pytest.approx(310_000_000_003, rel=1e-9)
+    model, variables = lm.cp_model()
+    solver = cp_model.CpSolver()
+    assert solver.solve(model) == cp_model.OPTIMAL
+    assert [solver.value(v) for v in variables] == [7, 3]
 
 
-def test_a_model_it_cannot_read_gives_no_bound() -> None:
-    m = cp_model.CpModel()
-    x, y = m.new_int_var(0, 5, "x"), m.new_int_var(0, 5, "y")
-    m.add_max_equality(x, [y, 2])
-    m.maximize(x)
-    assert solve_relaxation(m, 1.0) is None
-    m2 = cp_model.CpModel()
-    b = m2.new_bool_var("b")
-    z = m2.new_int_var(0, 5, "z")
-    m2.add(z <= 2).only_enforce_if(b)
-    m2.maximize(z)
-    assert solve_relaxation(m2, 1.0) is None
+def test_an_infeasible_model_gives_no_bound() -> None:
+    lm = LinearModel()
+    x = lm.var(0, 5, "x")
+    lm.add([(x, 1)], low=7)
+    lm.maximize((x, 1))
+    assert lm.relax(1.0) is None
 
 
 @pytest.mark.parametrize("seed", range(8))

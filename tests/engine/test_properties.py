@@ -5,8 +5,16 @@ from __future__ import annotations
 import copy
 import random
 
+import pytest
 from engine_checks import check_plan
-from engine_factories import NOW, make_node, make_request, make_snapshot, random_snapshot
+from engine_factories import (
+    NOW,
+    make_allocation,
+    make_node,
+    make_request,
+    make_snapshot,
+    random_snapshot,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -78,10 +86,12 @@ def test_class_model_bound_covers_greedy(seed: int) -> None:
         assert result.stats.upper_bound >= result.stats.objective >= result.stats.greedy_objective
 
 
-def test_greedy_plan_satisfies_every_class_model_constraint(monkeypatch) -> None:
-    """The class model is a relaxation: greedy's plan, given as the hint, must satisfy it."""
+def _check_hints(monkeypatch) -> list[int]:
+    """Make every class-model search check that its hint (a concrete plan) satisfies
+    every constraint of the model; returns the list of hint sizes seen."""
     from gpu_pool.engine import cpsat
 
+    monkeypatch.setattr(cpsat, "LP_CLOSE", -1.0)  # always search, so always hint
     seen: list[int] = []
     real_hint = cpsat._hint
 
@@ -99,6 +109,35 @@ def test_greedy_plan_satisfies_every_class_model_constraint(monkeypatch) -> None
         seen.append(len(hint))
 
     monkeypatch.setattr(cpsat, "_hint", checked_hint)
+    return seen
+
+
+@pytest.mark.parametrize("extras", [False, True])
+def test_greedy_plan_satisfies_every_class_model_constraint(monkeypatch, extras) -> None:
+    """The class model is a relaxation: the plan given as the hint (greedy's, or the rounded
+    LP's when better), must satisfy it; ``extras`` adds headroom, quotas (some over-used),
+    down nodes."""
+    seen = _check_hints(monkeypatch)
     for seed in range(6):
-        plan(random_snapshot(random.Random(seed), nodes=30, requests=70, max_gpus=8))
+        plan(random_snapshot(random.Random(seed), nodes=30, requests=70, max_gpus=8,
+                             extras=extras))
     assert seen and min(seen) > 0
+
+
+def test_class_model_headroom_counts_whole_gpus_not_shares(monkeypatch) -> None:
+    """One whole GPU may go to non-critical work (4 free, 3 whole, headroom 2); it takes
+    it, and two quarter shares fill the half-used card: the plan keeps the headroom, so
+    the relaxation must allow it (shares never count against the headroom)."""
+    from gpu_pool.engine import exact
+
+    seen = _check_hints(monkeypatch)
+    monkeypatch.setattr(exact, "affordable", lambda *a: None)  # the class model, not exact
+    node = make_node("a", "A100", 4)
+    busy = make_allocation("old", node, (3,), milli=500)
+    reqs = [make_request("one", 1), make_request("s1", 1, milli=250),
+            make_request("s2", 1, milli=250)]
+    snap = make_snapshot([node], reqs, allocations=[busy],
+                         policy=Policy(critical_headroom_gpus=2))
+    result = plan(snap)
+    assert sorted(p.request_name for p in result.placements) == ["one", "s1", "s2"]
+    assert seen

@@ -80,8 +80,8 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from gpu_pool.engine.capacity import FleetState
 from gpu_pool.engine import lp
+from gpu_pool.engine.capacity import FleetState
 from gpu_pool.engine.greedy import (
     BestFitChooser,
     Choice,
@@ -127,15 +127,6 @@ class _Groups:
     milli: np.ndarray
     cpu: np.ndarray
     mem: np.ndarray
-
-
-def _weighted(terms: list[tuple[cp_model.IntVar, int]]) -> cp_model.LinearExprT:
-    # weighted_sum builds one flat expression; Python's sum() nests one per term.
-    return cp_model.LinearExpr.weighted_sum([v for v, _ in terms], [c for _, c in terms])
-
-
-def _total(variables: list[cp_model.IntVar]) -> cp_model.LinearExprT:
-    return cp_model.LinearExpr.sum(variables)
 
 
 def configured_solver(policy: Policy) -> cp_model.CpSolver:
@@ -258,14 +249,13 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
     slots = {m: np.bincount(up_group, weights=(np.where(free_gpu > 0, free_gpu, 0) // m
                                                 ).sum(axis=1), minlength=n_groups
                             ).astype(np.int64) for m in shares}
-    model = cp_model.CpModel()
-    x: dict[tuple[int, int], cp_model.IntVar] = {}
-    y: dict[tuple[int, tuple[int, int]], cp_model.IntVar] = {}
+    lm = lp.LinearModel()
+    x: dict[tuple[int, int], int] = {}  # variable indices
+    y: dict[tuple[int, tuple[int, int]], int] = {}
     bucket_members: dict[tuple[int, tuple[int, int]], list[Request]] = {}
     cap: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
     quota_terms: dict[int, list] = defaultdict(list)
     headroom_terms: list = []
-    objective: list = []
     for t, (key, reqs) in enumerate(type_list):
         r0 = reqs[0]
         view, g = views[r0.name], groups[r0.name]
@@ -279,23 +269,23 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
             buckets[(gsig if const else _PER_MODEL, weights[r.name])].append(r)
         ys = []
         for b, members in buckets.items():
-            var = model.new_int_var(0, len(members), f"y_{t}_{b[0]}_{b[1]}")
+            var = lm.var(0, len(members), f"y_{t}_{b[0]}_{b[1]}")
             y[(t, b)] = var
             bucket_members[(t, b)] = members
             ys.append(var)
-            objective.append((var, r0.nodes * e * VALUE_SCALE * b[1]))
+            lm.maximize((var, r0.nodes * e * VALUE_SCALE * b[1]))
             if const and b[0] >= 0 and part:
                 quota_terms[b[0]].append((var, r0.nodes * part))
         # x: parts per node group where at least one fits.
         xs = []
         for k in np.flatnonzero(fits[t]):
             k = int(k)
-            var = model.new_int_var(0, int(min(fits[t][k], r0.nodes * len(reqs))), f"x_{t}_{k}")
+            var = lm.var(0, int(min(fits[t][k], r0.nodes * len(reqs))), f"x_{t}_{k}")
             x[(t, k)] = var
             xs.append(var)
             pen = int(view.penalty[grp.rep[k]])
             if pen:
-                objective.append((var, -e * pen))
+                lm.maximize((var, -e * pen))
             if whole:
                 cap["whole"][k].append((var, r0.gpus))
                 for s_ in sizes:
@@ -303,12 +293,12 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
                         cap[f"block{s_}"][k].append((var, r0.gpus // s_))
                 for m in shares:
                     cap[f"slots{m}"][k].append((var, r0.gpus * (MILLI_PER_GPU // m)))
+                if r0.priority is not PriorityClass.CRITICAL and start.headroom:
+                    headroom_terms.append((var, r0.gpus))
             elif r0.is_share:
                 for m in shares:
                     if r0.gpu_milli >= m:
                         cap[f"slots{m}"][k].append((var, r0.gpu_milli // m))
-                if r0.priority is not PriorityClass.CRITICAL and start.headroom:
-                    headroom_terms.append((var, r0.gpus))
             if part:
                 cap["milli"][k].append((var, part))
                 gq = int(g[grp.rep[k]])
@@ -319,25 +309,23 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
             if r0.memory_mib:
                 cap["mem"][k].append((var, r0.memory_mib))
             if r0.is_gang:  # one part per node: a gang count times the nodes that fit one
-                model.add(var <= int(fits[t][k]) * _total(ys))
-        if xs:
-            model.add(_total(xs) == r0.nodes * _total(ys))
-        else:
-            model.add(_total(ys) == 0)
+                lm.add([(var, 1), *((v, -int(fits[t][k])) for v in ys)], high=0)
+        # parts placed = K x requests placed (none placed where no group fits one)
+        lm.add([*((v, 1) for v in xs), *((v, -r0.nodes) for v in ys)], 0, 0)
     # Capacity per node group, summed over its nodes.
     limits = {"whole": grp.whole, "milli": grp.milli, "cpu": grp.cpu, "mem": grp.mem,
               **{f"block{s_}": blocks[s_] for s_ in sizes},
               **{f"slots{m}": slots[m] for m in shares}}
     for name, per_group in cap.items():
         for k, terms in per_group.items():
-            model.add(_weighted(terms) <= int(limits[name][k]))
+            lm.add(terms, high=int(limits[name][k]))
     for q, terms in quota_terms.items():
-        model.add(_weighted(terms) <= int(start.remaining[q]))
+        # Over-used already (a quota cut below its use): nothing more, not an infeasible model.
+        lm.add(terms, high=max(int(start.remaining[q]), 0))
     if headroom_terms:
-        model.add(_weighted(headroom_terms) <= max(int(start.budget or 0), 0))
-    model.maximize(_weighted(objective))
+        lm.add(headroom_terms, high=max(int(start.budget or 0), 0))
     # 1. The LP relaxation, rounded down: the plan and the bound of large cycles.
-    relaxed = lp.solve_relaxation(model, 2 * policy.solver_time_limit_s)
+    relaxed = lm.relax(2 * policy.solver_time_limit_s)
     rounded: SolverResult | None = None
     if relaxed is not None:
         rounded = _rounded(relaxed, start, x, y, type_list, bucket_members, grp, ordered,
@@ -348,12 +336,14 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
             return rounded
     # 2. CP-SAT on the same model when the LP left room (small cycles, few node groups, where
     #    rounding down loses whole requests), warm-started from the better plan so far.
+    model, cp_vars = lm.cp_model()
     hint = rounded.placements if rounded is not None and rounded.value > (
         greedy_value if greedy_value is not None else -1) else greedy
-    _hint(model, x, y, type_list, bucket_members, hint, grp, st.layout.row_of)
-    searched = _search(model, start, x, y, type_list, bucket_members, grp, ordered, weights,
-                       views, groups, policy, max(greedy_value or -1,
-                                                  rounded.value if rounded else -1), size)
+    _hint(model, cp_vars, x, y, type_list, bucket_members, hint, grp, st.layout.row_of)
+    searched = _search(model, cp_vars, start, x, y, type_list, bucket_members, grp, ordered,
+                       weights, views, groups, policy,
+                       max(greedy_value if greedy_value is not None else -1,
+                           rounded.value if rounded else -1), size)
     if rounded is None:
         return searched
     bounds = [b for b in (rounded.upper_bound, searched.upper_bound) if b is not None]
@@ -363,11 +353,11 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
                         f"{rounded.detail}; CP-SAT: {searched.detail}")
 
 
-def _search(model: cp_model.CpModel, start: Cycle, x: dict, y: dict, type_list: list,
-            bucket_members: dict, grp: _Groups, ordered: Sequence[Request],
-            weights: dict[str, int], views: dict[str, RequestView],
-            groups: dict[str, np.ndarray], policy: Policy, floor_value: int,
-            size: str) -> SolverResult:
+def _search(model: cp_model.CpModel, cp_vars: list[cp_model.IntVar], start: Cycle, x: dict,
+            y: dict, type_list: list, bucket_members: dict, grp: _Groups,
+            ordered: Sequence[Request], weights: dict[str, int],
+            views: dict[str, RequestView], groups: dict[str, np.ndarray], policy: Policy,
+            floor_value: int, size: str) -> SolverResult:
     """CP-SAT on the class model; a plan only when its relaxation beats ``floor_value``."""
     solver = configured_solver(policy)
     # Presolve rewrites this model for longer than it then searches: at 20,000 x 10,000 it
@@ -390,10 +380,10 @@ def _search(model: cp_model.CpModel, start: Cycle, x: dict, y: dict, type_list: 
                             f"{size}; relaxation {solver.objective_value:.0f} <= plan in hand")
     chosen: dict[int, list[Request]] = {}
     for (t, b), var in y.items():
-        n = solver.value(var)
+        n = solver.value(cp_vars[var])
         if n:
             chosen.setdefault(t, []).extend(bucket_members[(t, b)][:n])
-    allot = {key: solver.value(var) for key, var in x.items() if solver.value(var)}
+    allot = {key: n for key, var in x.items() if (n := solver.value(cp_vars[var]))}
     cycle = start.clone()
     placements, value = disaggregate(cycle, type_list, chosen, allot, grp, ordered, weights,
                                      views, groups)
@@ -410,9 +400,10 @@ def _rounded(relaxed: lp.Relaxation, start: Cycle, x: dict, y: dict, type_list: 
     # The LP optimum bounds the class model, hence every plan; a relative 1e-6 covers
     # the simplex tolerances, so the bound is never below a plan the LP allows.
     bound = float(math.ceil(relaxed.objective * (1 + 1e-6)))
+    values = relaxed.values
 
-    def count(var: cp_model.IntVar) -> int:
-        return int(math.floor(relaxed.values[var.index] + 1e-6))
+    def count(var: int) -> int:
+        return int(math.floor(values[var] + 1e-6))
 
     chosen: dict[int, list[Request]] = {}
     for (t, b), var in y.items():
@@ -430,21 +421,22 @@ def _rounded(relaxed: lp.Relaxation, start: Cycle, x: dict, y: dict, type_list: 
     return SolverResult(placements, value, cycle, SolveStatus.FEASIBLE, bound, detail)
 
 
-def _hint(model: cp_model.CpModel, x: dict, y: dict, type_list: list, bucket_members: dict,
-          greedy: Sequence[Placement], grp: _Groups, row_of) -> None:
-    placed = {p.request_name: p for p in greedy}
+def _hint(model: cp_model.CpModel, cp_vars: list[cp_model.IntVar], x: dict, y: dict,
+          type_list: list, bucket_members: dict, placed_plan: Sequence[Placement],
+          grp: _Groups, row_of) -> None:
+    placed = {p.request_name: p for p in placed_plan}
     type_of = {r.name: t for t, (_, reqs) in enumerate(type_list) for r in reqs}
     xs: dict[tuple[int, int], int] = defaultdict(int)
-    for p in greedy:
+    for p in placed_plan:
         t = type_of.get(p.request_name)
         if t is None:
             continue
         for a in p.assignments:
             xs[(t, int(grp.group_of_row[row_of[a.node]]))] += 1
     for key, var in x.items():
-        model.add_hint(var, xs.get(key, 0))
+        model.add_hint(cp_vars[var], xs.get(key, 0))
     for key, var in y.items():
-        model.add_hint(var, sum(1 for r in bucket_members[key] if r.name in placed))
+        model.add_hint(cp_vars[var], sum(1 for r in bucket_members[key] if r.name in placed))
 
 
 def disaggregate(cycle: Cycle, type_list: list, chosen: dict[int, list[Request]],

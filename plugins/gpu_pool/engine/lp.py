@@ -1,66 +1,93 @@
-"""The linear relaxation of a CP-SAT model, solved with GLOP (OR-Tools' simplex).
+"""A small integer linear model, solved as an LP (GLOP) or handed to CP-SAT.
 
-:func:`solve_relaxation` reads the model's proto (integer variables with their bounds,
-linear constraints, a linear objective) and solves it with every variable continuous. Its
-optimum is an upper bound (maximisation) on the model's integer optimum, found in a
-fraction of the time CP-SAT needs to close the same gap; :mod:`gpu_pool.engine.cpsat`
-rounds the solution down into a plan (see there).
+:class:`LinearModel` holds integer variables with bounds, linear constraints with a range
+and a linear objective to maximise: what the class model of :mod:`gpu_pool.engine.cpsat`
+is made of. :meth:`LinearModel.relax` solves it with every variable continuous (GLOP,
+OR-Tools' simplex): its optimum bounds the integer optimum from above, and comes in a
+fraction of the time CP-SAT needs to close the same gap. :meth:`LinearModel.cp_model`
+builds the same model for CP-SAT when a search is worth it.
 
-Only what the class model uses is read: linear constraints and the objective. Any other
-constraint kind makes the function return None, so a caller never trusts a bound of a
-model it did not fully read. Objective coefficients are scaled down before GLOP sees them
-(they reach 1e11 in objective units, where simplex tolerances misbehave) and back up after.
+Objective coefficients are scaled down before GLOP sees them (they reach 1e11 objective
+units, where simplex tolerances misbehave) and back up after.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
-_SCALE = 1e-6  # objective units per GLOP unit
-_INFINITE = 1 << 62  # CP-SAT writes unbounded sides as int64 extremes
+_SCALE = 1e-6  # GLOP units per objective unit
+
+Terms = list[tuple[int, int]]  # (variable index, coefficient)
 
 
 @dataclass(frozen=True)
 class Relaxation:
-    values: list[float]  # per model variable, by index
-    objective: float  # in the model's objective units
+    values: list[float]  # per variable, by index
+    objective: float  # in objective units
 
 
-def solve_relaxation(model: cp_model.CpModel, time_limit_s: float) -> Relaxation | None:
-    """The LP optimum of ``model`` (maximisation), or None when GLOP does not prove one
-    within ``time_limit_s`` or the model holds a constraint that is not linear."""
-    proto = model.proto
-    if not proto.has_objective():
-        return None
-    solver = pywraplp.Solver.CreateSolver("GLOP")
-    if solver is None:
-        return None
-    solver.SetTimeLimit(max(1, int(time_limit_s * 1000)))
-    inf = solver.infinity()
-    variables = []
-    for i, var in enumerate(proto.variables):
-        domain = list(var.domain)
-        variables.append(solver.NumVar(float(domain[0]), float(domain[-1]), f"v{i}"))
-    for ct in proto.constraints:
-        if not ct.has_linear() or len(ct.enforcement_literal):
+@dataclass
+class LinearModel:
+    lower: list[int] = field(default_factory=list)
+    upper: list[int] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    rows: list[tuple[Terms, float, float]] = field(default_factory=list)  # terms, low, high
+    objective: Terms = field(default_factory=list)
+
+    def var(self, low: int, high: int, name: str) -> int:
+        self.lower.append(low)
+        self.upper.append(high)
+        self.names.append(name)
+        return len(self.lower) - 1
+
+    def add(self, terms: Terms, low: float = float("-inf"), high: float = float("inf")) -> None:
+        """``low <= sum(coef * var) <= high``."""
+        self.rows.append((terms, low, high))
+
+    def maximize(self, term: tuple[int, int]) -> None:
+        self.objective.append(term)
+
+    def relax(self, time_limit_s: float) -> Relaxation | None:
+        """The LP optimum, or None when GLOP does not prove one within the limit."""
+        solver = pywraplp.Solver.CreateSolver("GLOP")
+        if solver is None:
             return None
-        domain = list(ct.linear.domain)
-        low, high = domain[0], domain[-1]
-        row = solver.Constraint(-inf if low <= -_INFINITE else float(low),
-                                inf if high >= _INFINITE else float(high))
-        for v, c in zip(ct.linear.vars, ct.linear.coeffs, strict=True):
-            row.SetCoefficient(variables[v], float(c))
-    objective = solver.Objective()
-    # CP-SAT keeps a maximisation as the minimisation of the negated objective, scaled -1.
-    sign = proto.objective.scaling_factor or 1.0
-    for v, c in zip(proto.objective.vars, proto.objective.coeffs, strict=True):
-        objective.SetCoefficient(variables[v], float(c) * sign * _SCALE)
-    objective.SetMaximization()
-    if solver.Solve() != pywraplp.Solver.OPTIMAL:
-        return None
-    offset = proto.objective.offset * sign
-    return Relaxation([v.solution_value() for v in variables],
-                      objective.Value() / _SCALE + offset)
+        solver.SetTimeLimit(max(1, int(time_limit_s * 1000)))
+        inf = solver.infinity()
+        variables = [solver.NumVar(float(lo), float(hi), "")
+                     for lo, hi in zip(self.lower, self.upper, strict=True)]
+        for terms, low, high in self.rows:
+            row = solver.Constraint(max(low, -inf), min(high, inf))
+            for v, c in terms:
+                row.SetCoefficient(variables[v], float(c))
+        objective = solver.Objective()
+        for v, c in self.objective:
+            objective.SetCoefficient(variables[v], objective.GetCoefficient(variables[v])
+                                     + float(c) * _SCALE)
+        objective.SetMaximization()
+        if solver.Solve() != pywraplp.Solver.OPTIMAL:
+            return None
+        return Relaxation([v.solution_value() for v in variables],
+                          objective.Value() / _SCALE)
+
+    def cp_model(self) -> tuple[cp_model.CpModel, list[cp_model.IntVar]]:
+        """The same model for CP-SAT, with its variables by index."""
+        model = cp_model.CpModel()
+        variables = [model.new_int_var(lo, hi, name)
+                     for lo, hi, name in zip(self.lower, self.upper, self.names, strict=True)]
+        for terms, low, high in self.rows:
+            expr = cp_model.LinearExpr.weighted_sum([variables[v] for v, _ in terms],
+                                                    [c for _, c in terms])
+            if low == high:
+                model.add(expr == int(low))
+            else:
+                if low != float("-inf"):
+                    model.add(expr >= int(low))
+                if high != float("inf"):
+                    model.add(expr <= int(high))
+        model.maximize(cp_model.LinearExpr.weighted_sum(
+            [variables[v] for v, _ in self.objective], [c for _, c in self.objective]))
+        return model, variables
