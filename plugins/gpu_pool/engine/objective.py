@@ -40,7 +40,7 @@ import numpy as np
 
 from gpu_pool.engine.capacity import FleetLayout
 from gpu_pool.engine.compat import model_accepts
-from gpu_pool.model import Policy, PriorityClass, Request
+from gpu_pool.model import Policy, Request
 
 VALUE_SCALE = 1000  # per effective milli per unit of aged weight
 WASTE_COEF = 2
