@@ -350,6 +350,9 @@ class Policy:
     solver_time_limit_s: float = 0.2
     solver_workers: int = 2
     solver_seed: int = 0
+    # A cycle stops improving its plan once the plan is proven within this share of the
+    # optimum (the relaxation's bound), as a MIP solver's relative gap: 0.005 = 0.5%.
+    solver_relative_gap: float = 0.005
     # Starvation guard (see gpu_pool.engine.reserve): a request pending this long reserves
     # the node(s) it would fit soonest on, closed to everything else until it starts.
     # timedelta(0) turns the rule off.
@@ -365,6 +368,10 @@ class Policy:
                 or self.max_reservations < 0):
             raise SpecError("max_reservations", self.max_reservations,
                             "a whole number of 0 (off) or more")
+        gap = self.solver_relative_gap
+        if isinstance(gap, bool) or not isinstance(gap, int | float) or not 0 <= gap < 1:
+            raise SpecError("solver_relative_gap", gap,
+                            "a share from 0 (always seek the optimum) up to, not including, 1")
 
     @property
     def reserves(self) -> bool:

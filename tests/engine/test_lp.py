@@ -61,3 +61,29 @@ def test_class_cycles_are_planned_from_the_lp(seed: int) -> None:
     result = plan(snap)
     if "LP" in result.stats.detail:
         assert result.stats.upper_bound >= result.stats.objective >= result.stats.greedy_objective
+
+
+@pytest.mark.parametrize("gap", [-0.1, 1.0, 2, "0.5", True])
+def test_relative_gap_must_be_a_share_below_one(gap) -> None:
+    from gpu_pool.errors import SpecError
+    from gpu_pool.model import Policy
+
+    with pytest.raises(SpecError) as err:
+        Policy(solver_relative_gap=gap)
+    assert err.value.field == "solver_relative_gap"
+    assert "up to, not including, 1" in str(err.value)
+
+
+def test_greedy_within_the_relative_gap_is_kept_unrounded() -> None:
+    import dataclasses
+
+    snap = random_snapshot(random.Random(0), nodes=30, requests=70, max_gpus=8)
+    loose = plan(dataclasses.replace(snap, policy=dataclasses.replace(
+        snap.policy, solver_relative_gap=0.99)))
+    assert "greedy within 99.00%" in loose.stats.detail
+    assert loose.stats.objective == loose.stats.greedy_objective
+    tight = plan(dataclasses.replace(snap, policy=dataclasses.replace(
+        snap.policy, solver_relative_gap=0.0)))
+    assert "greedy within" not in tight.stats.detail
+    assert tight.stats.objective > tight.stats.greedy_objective  # rounding found more
+    assert tight.stats.upper_bound <= loose.stats.upper_bound  # the LP bound, or CP-SAT's

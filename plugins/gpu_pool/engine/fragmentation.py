@@ -67,7 +67,11 @@ class WorkloadMix:
     def from_shapes(cls, shapes: Iterable[TaskShape], coverage: float = 1.0) -> WorkloadMix:
         """The mix of the given task list: most frequent shapes first, cut once they cover
         ``coverage`` of the tasks (the paper keeps the top 95%), then renormalised."""
-        counts = Counter(shapes)
+        return cls.from_counts(Counter(shapes), coverage)
+
+    @classmethod
+    def from_counts(cls, counts: Mapping[TaskShape, int], coverage: float = 1.0) -> WorkloadMix:
+        """:meth:`from_shapes` of a task list given as a count per shape."""
         if not counts:
             return cls((), ())
         total = sum(counts.values())

@@ -320,16 +320,24 @@ def _choose(cycle: Cycle, request: Request, weight: int, view: RequestView,
 
 def _make_choice(st: FleetState, request: Request, weight: int, view: RequestView,
                  groups: np.ndarray, rows_t: tuple[int, ...],
-                 share_cols: tuple[int, ...] | None) -> Choice:
+                 share_cols: tuple[int, ...] | None,
+                 columns: tuple[tuple[int, ...], ...] | None = None) -> Choice:
     """The :class:`Choice` of ``rows_t`` (a share on each row's ``share_cols`` GPU; whole
-    GPUs on the lowest fully free columns)."""
-    if share_cols is not None:
+    GPUs on the lowest fully free columns; ``columns`` when the caller chose them)."""
+    if columns is not None:
+        cols = columns
+    elif share_cols is not None:
         cols = tuple((c,) for c in share_cols)
     elif request.gpus:
         cols = tuple(tuple([j for j, v in enumerate(st.gpu_free[r].tolist())
                             if v == MILLI_PER_GPU][: request.gpus]) for r in rows_t)
     else:
         cols = tuple(() for _ in rows_t)
+    if len(rows_t) == 1:
+        (r,) = rows_t
+        return Choice(rows_t, cols, (int(groups[r]),),
+                      part_value(weight, request, int(view.penalty[r])),
+                      bool(view.cross_zone[r]), float(view.transfer[r]))
     value = sum(part_value(weight, request, int(view.penalty[r])) for r in rows_t)
     transfer = max(float(view.transfer[r]) for r in rows_t)
     return Choice(rows_t, cols, tuple(int(groups[r]) for r in rows_t), value,
@@ -389,11 +397,67 @@ class BestFitChooser:
             lst.sort()
         self.members = members
         self.rep = {c: lst[0][1] for c, lst in members.items()}
-        self.levels: dict[int, list[list[int]]] = {}  # per view: groups by penalty
+        self.levels: dict[tuple, list[list[tuple[int, int]]]] = {}  # see _levels
         self.dead: dict[tuple, set[int]] = {}
+        self.dirty: set[int] = set()  # rows changed on the lists, not yet on the state
+
+    def commit(self, request: Request, choice: Choice) -> Placement:
+        """:meth:`Cycle.commit` of a one-part choice of this chooser, on its lists: the
+        state's arrays catch up in :meth:`sync`. Refuses an over-allocation like
+        :meth:`FleetState.apply` (ValueError), checked on the lists."""
+        cycle = self.cycle
+        (row,), (cols,) = choice.rows, choice.cols
+        milli = request.gpu_milli if request.gpus else 0
+        gpus = list(self.gpu[row])
+        for j in cols:
+            gpus[j] -= milli
+        name = cycle.state.layout.names[row]
+        if any(not 0 <= gpus[j] <= MILLI_PER_GPU for j in cols) or len(set(cols)) != len(cols):
+            raise ValueError(f"{name}: GPU milli out of range after update: "
+                             f"{[gpus[j] for j in cols]}")
+        cpu = self.cpu[row] - request.cpu_milli
+        mem = self.mem[row] - request.memory_mib
+        if cpu < 0 or mem < 0:
+            raise ValueError(f"{name}: CPU or RAM over-allocated")
+        whole = gpus.count(MILLI_PER_GPU)
+        if request.priority is not PriorityClass.CRITICAL:
+            assert cycle.budget is not None
+            cycle.budget -= self.whole[row] - whole
+        for g in choice.groups:
+            if g >= 0:
+                cycle.remaining[g] -= request.gpus * request.gpu_milli
+        self.gpu[row], self.whole[row], self.cpu[row], self.mem[row] = gpus, whole, cpu, mem
+        self._resort(row, sum(v for v in gpus if v > 0))
+        self.dirty.add(row)
+        index = cycle.state.layout.gpu_index[row].tolist()
+        part = NodeAssignment(node=name, gpu_indices=tuple(index[c] for c in cols),
+                              gpu_milli=milli, cpu_milli=request.cpu_milli,
+                              memory_mib=request.memory_mib)
+        return Placement(request.name, (part,), cross_zone=choice.cross_zone,
+                         transfer_seconds=choice.transfer_seconds)
+
+    def sync(self) -> None:
+        """Write the rows changed on the lists back to the state (and its caches)."""
+        if not self.dirty:
+            return
+        st = self.cycle.state
+        rows = sorted(self.dirty)
+        self.dirty.clear()
+        idx = np.array(rows, dtype=np.int64)
+        st.gpu_free[idx] = np.array([self.gpu[r] for r in rows], dtype=np.int64)
+        st.cpu_free[idx] = [self.cpu[r] for r in rows]
+        st.mem_free[idx] = [self.mem[r] for r in rows]
+        st._touched(rows)
+
+    def _resort(self, row: int, free: int) -> None:
+        lst = self.members.get(int(self.code[row]))
+        if lst is not None and free != self.free_sum[row]:
+            del lst[bisect.bisect_left(lst, (self.free_sum[row], row))]
+            bisect.insort(lst, (free, row))
+        self.free_sum[row] = free
 
     def committed(self, rows: Sequence[int]) -> None:
-        """Take in a commit of ``rows`` (call after :meth:`Cycle.commit`)."""
+        """Take in a :meth:`Cycle.commit` of ``rows`` (a gang's, on the state's arrays)."""
         st = self.cycle.state
         for row in rows:
             gpus = st.gpu_free[row].tolist()
@@ -401,14 +465,7 @@ class BestFitChooser:
             self.whole[row] = gpus.count(MILLI_PER_GPU)
             self.cpu[row] = int(st.cpu_free[row])
             self.mem[row] = int(st.mem_free[row])
-            lst = self.members.get(int(self.code[row]))
-            if lst is None:
-                continue
-            old = (self.free_sum[row], row)
-            new = sum(v for v in gpus if v > 0)
-            del lst[bisect.bisect_left(lst, old)]
-            bisect.insort(lst, (new, row))
-            self.free_sum[row] = new
+            self._resort(row, sum(v for v in gpus if v > 0))
 
     def _levels(self, view: RequestView, groups: np.ndarray
                 ) -> list[list[tuple[int, int]]]:
@@ -432,6 +489,7 @@ class BestFitChooser:
         ``only``: the node-group codes (:func:`group_codes`) a single part may take."""
         cycle = self.cycle
         if request.nodes > 1:
+            self.sync()  # fit reads the state's arrays
             return fit(cycle, request, weight, view, groups, masks=False)
         if request.gpus > cycle.max_block(request):
             return None
@@ -479,12 +537,13 @@ class BestFitChooser:
                     dead.add(row)
             if best is not None:
                 row = best[1]
-                cols = None
+                free = gpu[row]
                 if share:
-                    free = gpu[row]
-                    tight = min(v for v in free if v >= milli)
-                    cols = (free.index(tight),)
-                return _make_choice(cycle.state, request, weight, view, groups, (row,), cols)
+                    cols: tuple[int, ...] = (free.index(min(v for v in free if v >= milli)),)
+                else:  # the lowest fully free columns, as fit takes them
+                    cols = tuple([j for j, v in enumerate(free) if v == MILLI_PER_GPU][:gpus])
+                return _make_choice(cycle.state, request, weight, view, groups, (row,), None,
+                                    (cols,))
         cycle._blocks = None
         return None
 
@@ -576,8 +635,14 @@ def run_greedy(cycle: Cycle, ordered: Sequence[Request], weights: dict[str, int]
         if choice is None:
             failed.add(key)
             continue
-        placements.append(cycle.commit(r, choice))
-        if chooser is not None:
+        if chooser is None:
+            placements.append(cycle.commit(r, choice))
+        elif r.nodes > 1:
+            placements.append(cycle.commit(r, choice))
             chooser.committed(choice.rows)
+        else:
+            placements.append(chooser.commit(r, choice))
         total += choice.value
+    if chooser is not None:
+        chooser.sync()
     return placements, total

@@ -66,6 +66,20 @@ def aged_weight(request: Request, policy: Policy, now: datetime) -> int:
     return int(min(math.floor(base * factor), cap))
 
 
+def aged_weights(requests: Sequence[Request], policy: Policy, now: datetime) -> dict[str, int]:
+    """``w(r)`` per request name; requests of one class submitted at the same instant
+    (a pipeline's batch) share one computation."""
+    seen: dict[tuple, int] = {}
+    out: dict[str, int] = {}
+    for r in requests:
+        key = (r.priority, r.submitted_at)
+        w = seen.get(key)
+        if w is None:
+            w = seen[key] = aged_weight(r, policy, now)
+        out[r.name] = w
+    return out
+
+
 def effective_milli(request: Request) -> int:
     """``e(r)``: GPU milli of one part, 1 for a CPU-only part."""
     return max(request.gpus * request.gpu_milli, 1)

@@ -30,6 +30,7 @@ preemption (step 6) come on top and are not counted in it.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -46,7 +47,7 @@ from gpu_pool.engine.greedy import (
     best_greedy,
     greedy_order,
 )
-from gpu_pool.engine.objective import RequestView, aged_weight, build_view, view_key
+from gpu_pool.engine.objective import RequestView, aged_weights, build_view, view_key
 from gpu_pool.engine.quota import QuotaBook
 from gpu_pool.engine.reasons import ReasonInputs, pending_reason
 from gpu_pool.engine.types import (
@@ -74,9 +75,10 @@ def mix_of(requests: Sequence[Request], given: MixSpec | WorkloadMix = ()) -> Wo
         return given
     if given:
         return WorkloadMix.from_snapshot(given)
-    shapes = [TaskShape(r.gpus, r.gpu_milli if r.gpus else 0, 0, 0, r.gpu_models)
-              for r in requests if r.gpus > 0]
-    return WorkloadMix.from_shapes(shapes, coverage=0.95)
+    counts = Counter((r.gpus, r.gpu_milli, r.gpu_models) for r in requests if r.gpus > 0)
+    return WorkloadMix.from_counts(
+        {TaskShape(g, m, 0, 0, models): n for (g, m, models), n in counts.items()},
+        coverage=0.95)
 
 
 def plan(snapshot: Snapshot) -> Plan:
@@ -100,7 +102,7 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
     t0 = time.perf_counter()
     layout = state.layout
     # 1. weights, views, quota groups
-    weights = {r.name: aged_weight(r, policy, now) for r in requests}
+    weights = aged_weights(requests, policy, now)
     book = QuotaBook.build(quotas, allocations_usage, policy, now)
     views: dict[str, RequestView] = {r.name: build_view(r, layout, policy) for r in requests}
     group_cache: dict[tuple, np.ndarray] = {}
