@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from engine_factories import random_snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -73,11 +74,50 @@ def test_run_greedy_with_chooser_matches_on_a_stateful_cycle() -> None:
     chooser = BestFitChooser(cycle)
     for r in ordered:
         a = chooser.fit(r, weights[r.name], views[r.name], groups[r.name])
+        chooser.sync()  # the chooser commits on its lists; fit reads the state
         b = greedy_mod.fit(cycle, r, weights[r.name], views[r.name], groups[r.name])
         assert a == b, r.name
         if a is not None:
-            cycle.commit(r, a)
-            chooser.committed(a.rows)
+            chooser.commit(r, a)
+    chooser.sync()
+    after = FleetState.from_snapshot(snap)
+    for p in run_greedy_placements(snap, ordered, weights, views, groups, book):
+        after.apply(p)
+    assert (after.gpu_free == cycle.state.gpu_free).all()
+    assert (after.cpu_free == cycle.state.cpu_free).all()
+    assert (after.whole_free == cycle.state.whole_free).all()
+
+
+def run_greedy_placements(snap, ordered, weights, views, groups, book):
+    """The placements of a plain (fit-based) greedy pass over ``ordered``."""
+    state = FleetState.from_snapshot(snap)
+    cycle = Cycle(state, book.remaining(), snap.policy.critical_headroom_gpus, None)
+    out = []
+    for r in ordered:
+        c = greedy_mod.fit(cycle, r, weights[r.name], views[r.name], groups[r.name])
+        if c is not None:
+            out.append(cycle.commit(r, c))
+    return out
+
+
+def test_chooser_commit_refuses_an_over_allocation() -> None:
+    from engine_factories import make_node, make_request, make_snapshot
+
+    from gpu_pool.engine.greedy import Choice
+
+    snap = make_snapshot([make_node("a", "A100", 2, cpu=4000)], [make_request("x", 1)])
+    state = FleetState.from_snapshot(snap)
+    cycle = Cycle(state, __import__("numpy").zeros(0, dtype=int), 0, None)
+    chooser = BestFitChooser(cycle)
+    r = make_request("x", 1, cpu=3000)
+    chooser.commit(r, Choice((0,), ((0,),), (-1,), 1, False, 0.0))
+    with pytest.raises(ValueError, match="CPU or RAM over-allocated"):
+        chooser.commit(make_request("y", 1, cpu=3000), Choice((0,), ((1,),), (-1,), 1, False,
+                                                              0.0))
+    with pytest.raises(ValueError, match="out of range"):
+        chooser.commit(make_request("z", 1), Choice((0,), ((0,),), (-1,), 1, False, 0.0))
+    chooser.sync()
+    assert state.gpu_free[0].tolist() == [0, 1000] and state.cpu_free[0] == 1000
 
 
 def test_disaggregation_keeps_a_gang_to_the_solver_count_per_group() -> None:

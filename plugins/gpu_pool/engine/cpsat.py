@@ -465,10 +465,6 @@ def disaggregate(cycle: Cycle, type_list: list, chosen: dict[int, list[Request]]
         nonlocal value
         if chooser is None:
             placements.append(cycle.commit(r, choice))
-        elif r.nodes > 1:
-            chooser.sync()
-            placements.append(cycle.commit(r, choice))
-            chooser.committed(choice.rows)
         else:
             placements.append(chooser.commit(r, choice))
         done.add(r.name)
@@ -479,16 +475,16 @@ def disaggregate(cycle: Cycle, type_list: list, chosen: dict[int, list[Request]]
     for t, r in todo:
         w, view, g = weights[r.name], views[r.name], groups[r.name]
         choice = None
-        if chooser is not None and r.nodes == 1:
+        ks = [k for k in by_type.get(t, ()) if left.get((t, k), 0) > 0]
+        if chooser is not None:
             if open_codes.get(t):
-                choice = chooser.fit(r, w, view, g, only=open_codes[t])
-        elif ks := [k for k in by_type.get(t, ()) if left.get((t, k), 0) > 0]:
+                # A gang's parts follow the solver's count per group, not just its groups.
+                caps = {int(code_of[k]): left[(t, k)] for k in ks} if r.nodes > 1 else None
+                choice = chooser.fit(r, w, view, g, only=open_codes[t], caps=caps)
+        elif ks:
             rows = np.sort(np.concatenate([grp.members[k] for k in ks]))
-            # A gang's parts follow the solver's count per group, not just its groups.
-            caps = (grp.group_of_row, {k: left[(t, k)] for k in ks}) if r.nodes > 1 else None
-            if chooser is not None:
-                chooser.sync()  # fit reads the state's arrays
-            choice = fit(cycle, r, w, view, g, rows, masks=masks, caps=caps)
+            caps_k = (grp.group_of_row, {k: left[(t, k)] for k in ks}) if r.nodes > 1 else None
+            choice = fit(cycle, r, w, view, g, rows, masks=masks, caps=caps_k)
         if choice is None:
             choice = (chooser.fit(r, w, view, g) if chooser is not None
                       else fit(cycle, r, w, view, g))

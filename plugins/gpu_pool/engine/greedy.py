@@ -361,19 +361,21 @@ def fgd_off(cycle: Cycle) -> bool:
 
 
 class BestFitChooser:
-    """:func:`fit` for a pass without the FGD measure, without a pass over the fleet.
+    """:func:`fit` and :meth:`Cycle.commit` for a pass without the FGD measure, without
+    a pass over the fleet per decision.
 
-    Without FGD the node choice for one part is the lowest ``(penalty, free GPU milli,
-    row)`` among rows where the part fits. Rows of one node group (GPU model, card memory,
-    zone, bandwidth: :func:`group_codes`) share a request's penalty, data-move rule and
-    quota group, so the chooser keeps each group's up rows sorted by ``(free milli, row)``
-    and updates only the rows a commit touched. A decision walks the request's allowed
-    groups lowest penalty first; in each group it starts at the first row with enough
-    free milli and takes the first row the part fits, skipping rows already seen not to
-    fit this request type (within a greedy pass capacity, quota and the headroom budget
-    only shrink, so such a row never fits that type again). Gangs (several parts) take
-    :func:`fit` over the whole fleet. Same answers as :func:`fit`; ``tests/engine``
-    compare the two.
+    Without FGD the node choice for a part is the lowest ``(penalty, free GPU milli,
+    row)`` among rows where it fits. Rows of one node group (GPU model, card memory, zone,
+    bandwidth: :func:`group_codes`) share a request's penalty, data-move rule and quota
+    group, so the chooser keeps each group's up rows sorted by ``(free milli, row)``. A
+    decision walks the request's allowed groups lowest penalty first; in each group it
+    starts at the first row with enough free milli and takes the first row the part fits
+    (a gang: up to K per group, then the K best over the level, quota counted as it goes),
+    skipping rows already seen not to fit this request type (within a greedy pass
+    capacity, quota and the headroom budget only shrink, so such a row never fits that
+    type again). Commits go to plain-list mirrors of the state, re-sorting only the rows
+    they touch, and reach the state's arrays in :meth:`sync` (end of pass). Same answers
+    as :func:`fit`; ``tests/engine/test_bestfit_chooser.py`` compares the two.
     """
 
     def __init__(self, cycle: Cycle) -> None:
@@ -402,38 +404,46 @@ class BestFitChooser:
         self.dirty: set[int] = set()  # rows changed on the lists, not yet on the state
 
     def commit(self, request: Request, choice: Choice) -> Placement:
-        """:meth:`Cycle.commit` of a one-part choice of this chooser, on its lists: the
-        state's arrays catch up in :meth:`sync`. Refuses an over-allocation like
-        :meth:`FleetState.apply` (ValueError), checked on the lists."""
+        """:meth:`Cycle.commit` of a choice of this chooser, on its lists: the state's
+        arrays catch up in :meth:`sync`. Refuses an over-allocation like
+        :meth:`FleetState.apply` (ValueError, nothing changed), checked on the lists."""
         cycle = self.cycle
-        (row,), (cols,) = choice.rows, choice.cols
+        layout = cycle.state.layout
         milli = request.gpu_milli if request.gpus else 0
-        gpus = list(self.gpu[row])
-        for j in cols:
-            gpus[j] -= milli
-        name = cycle.state.layout.names[row]
-        if any(not 0 <= gpus[j] <= MILLI_PER_GPU for j in cols) or len(set(cols)) != len(cols):
-            raise ValueError(f"{name}: GPU milli out of range after update: "
-                             f"{[gpus[j] for j in cols]}")
-        cpu = self.cpu[row] - request.cpu_milli
-        mem = self.mem[row] - request.memory_mib
-        if cpu < 0 or mem < 0:
-            raise ValueError(f"{name}: CPU or RAM over-allocated")
-        whole = gpus.count(MILLI_PER_GPU)
-        if request.priority is not PriorityClass.CRITICAL:
-            assert cycle.budget is not None
-            cycle.budget -= self.whole[row] - whole
+        after = []
+        for row, cols in zip(choice.rows, choice.cols, strict=True):
+            gpus = list(self.gpu[row])
+            for j in cols:
+                gpus[j] -= milli
+            name = layout.names[row]
+            if any(not 0 <= gpus[j] <= MILLI_PER_GPU for j in cols) or (
+                    len(set(cols)) != len(cols)):
+                raise ValueError(f"{name}: GPU milli out of range after update: "
+                                 f"{[gpus[j] for j in cols]}")
+            cpu = self.cpu[row] - request.cpu_milli
+            mem = self.mem[row] - request.memory_mib
+            if cpu < 0 or mem < 0:
+                raise ValueError(f"{name}: CPU or RAM over-allocated")
+            after.append((row, cols, name, gpus, cpu, mem))
+        if len({row for row, *_ in after}) != len(after):
+            raise ValueError(f"{request.name}: two parts on one node")
+        parts = []
+        for row, cols, name, gpus, cpu, mem in after:
+            whole = gpus.count(MILLI_PER_GPU)
+            if request.priority is not PriorityClass.CRITICAL:
+                assert cycle.budget is not None
+                cycle.budget -= self.whole[row] - whole
+            self.gpu[row], self.whole[row], self.cpu[row], self.mem[row] = gpus, whole, cpu, mem
+            self._resort(row, sum(v for v in gpus if v > 0))
+            self.dirty.add(row)
+            index = layout.gpu_index[row].tolist()
+            parts.append(NodeAssignment(node=name, gpu_indices=tuple(index[c] for c in cols),
+                                        gpu_milli=milli, cpu_milli=request.cpu_milli,
+                                        memory_mib=request.memory_mib))
         for g in choice.groups:
             if g >= 0:
                 cycle.remaining[g] -= request.gpus * request.gpu_milli
-        self.gpu[row], self.whole[row], self.cpu[row], self.mem[row] = gpus, whole, cpu, mem
-        self._resort(row, sum(v for v in gpus if v > 0))
-        self.dirty.add(row)
-        index = cycle.state.layout.gpu_index[row].tolist()
-        part = NodeAssignment(node=name, gpu_indices=tuple(index[c] for c in cols),
-                              gpu_milli=milli, cpu_milli=request.cpu_milli,
-                              memory_mib=request.memory_mib)
-        return Placement(request.name, (part,), cross_zone=choice.cross_zone,
+        return Placement(request.name, tuple(parts), cross_zone=choice.cross_zone,
                          transfer_seconds=choice.transfer_seconds)
 
     def sync(self) -> None:
@@ -456,17 +466,6 @@ class BestFitChooser:
             bisect.insort(lst, (free, row))
         self.free_sum[row] = free
 
-    def committed(self, rows: Sequence[int]) -> None:
-        """Take in a :meth:`Cycle.commit` of ``rows`` (a gang's, on the state's arrays)."""
-        st = self.cycle.state
-        for row in rows:
-            gpus = st.gpu_free[row].tolist()
-            self.gpu[row] = gpus
-            self.whole[row] = gpus.count(MILLI_PER_GPU)
-            self.cpu[row] = int(st.cpu_free[row])
-            self.mem[row] = int(st.mem_free[row])
-            self._resort(row, sum(v for v in gpus if v > 0))
-
     def _levels(self, view: RequestView, groups: np.ndarray
                 ) -> list[list[tuple[int, int]]]:
         """Per penalty level, lowest first: the allowed groups as (code, quota group)."""
@@ -484,18 +483,17 @@ class BestFitChooser:
 
     def fit(self, request: Request, weight: int, view: RequestView,
             groups: np.ndarray, key: tuple | None = None,
-            only: set[int] | None = None) -> Choice | None:
+            only: set[int] | None = None,
+            caps: dict[int, int] | None = None) -> Choice | None:
         """:func:`fit`; ``key``: the request's :func:`fit_key` when the caller has it;
-        ``only``: the node-group codes (:func:`group_codes`) a single part may take."""
+        ``only``: the node-group codes (:func:`group_codes`) its parts may take; ``caps``:
+        the most parts of a gang per code."""
         cycle = self.cycle
-        if request.nodes > 1:
-            self.sync()  # fit reads the state's arrays
-            return fit(cycle, request, weight, view, groups, masks=False)
         if request.gpus > cycle.max_block(request):
             return None
         critical = request.priority is PriorityClass.CRITICAL
         if (cycle.headroom and not critical and request.gpus and not request.is_share
-                and request.gpus > (cycle.budget or 0)):
+                and request.gpus * request.nodes > (cycle.budget or 0)):
             return None
         share = request.is_share
         guard = share and bool(cycle.headroom and not critical and (cycle.budget or 0) < 1)
@@ -508,8 +506,12 @@ class BestFitChooser:
         cpu_free, mem_free, whole, gpu = self.cpu, self.mem, self.whole, self.gpu
         members = self.members
         low = (part if gpus else 0, -1)
+        k = request.nodes
+        chosen: list[tuple[int, int]] = []  # a gang's parts so far, best first
+        used: dict[int, int] = {}  # quota milli a gang's chosen parts take per quota group
         for level in self._levels(view, groups):
             best: tuple[int, int] | None = None
+            found: list[tuple[tuple[int, int], int, int]] = []  # gang: (entry, code, quota)
             for c, g in level:
                 if only is not None and c not in only:
                     continue
@@ -517,9 +519,10 @@ class BestFitChooser:
                                                         and remaining[g] >= part):
                     continue
                 lst = members[c]
+                taken = 0
                 for i in range(bisect.bisect_left(lst, low), len(lst)):
                     entry = lst[i]
-                    if best is not None and entry >= best:
+                    if k == 1 and best is not None and entry >= best:
                         break
                     row = entry[1]
                     if row in dead:
@@ -531,21 +534,48 @@ class BestFitChooser:
                             ok = bool(fits) and not (guard and min(fits) == MILLI_PER_GPU)
                         else:
                             ok = whole[row] >= gpus
-                    if ok:
+                    if not ok:
+                        dead.add(row)
+                        continue
+                    if k == 1:
                         best = entry
                         break
-                    dead.add(row)
-            if best is not None:
-                row = best[1]
-                free = gpu[row]
-                if share:
-                    cols: tuple[int, ...] = (free.index(min(v for v in free if v >= milli)),)
-                else:  # the lowest fully free columns, as fit takes them
-                    cols = tuple([j for j, v in enumerate(free) if v == MILLI_PER_GPU][:gpus])
-                return _make_choice(cycle.state, request, weight, view, groups, (row,), None,
-                                    (cols,))
+                    found.append((entry, c, g))
+                    taken += 1
+                    if taken >= k:  # a gang never takes more than k rows of one group
+                        break
+            if k == 1 and best is not None:
+                return self._choice(request, weight, view, groups, [best[1]])
+            for entry, c, g in sorted(found):
+                if g >= 0 and part and remaining[g] - used.get(g, 0) < part:
+                    continue
+                if caps is not None:
+                    if caps.get(c, 0) <= 0:
+                        continue
+                    caps = {**caps, c: caps[c] - 1}
+                chosen.append(entry)
+                if g >= 0:
+                    used[g] = used.get(g, 0) + part
+                if len(chosen) == k:
+                    return self._choice(request, weight, view, groups, [e[1] for e in chosen])
         cycle._blocks = None
         return None
+
+    def _choice(self, request: Request, weight: int, view: RequestView, groups: np.ndarray,
+                rows: list[int]) -> Choice:
+        cols: list[tuple[int, ...]] = []
+        for row in rows:
+            free = self.gpu[row]
+            if request.is_share:
+                m = request.gpu_milli
+                cols.append((free.index(min(v for v in free if v >= m)),))
+            elif request.gpus:  # the lowest fully free columns, as fit takes them
+                cols.append(tuple([j for j, v in enumerate(free)
+                                   if v == MILLI_PER_GPU][: request.gpus]))
+            else:
+                cols.append(())
+        return _make_choice(self.cycle.state, request, weight, view, groups, tuple(rows),
+                            None, tuple(cols))
 
 
 def group_codes(layout: FleetLayout) -> np.ndarray:
@@ -637,9 +667,6 @@ def run_greedy(cycle: Cycle, ordered: Sequence[Request], weights: dict[str, int]
             continue
         if chooser is None:
             placements.append(cycle.commit(r, choice))
-        elif r.nodes > 1:
-            placements.append(cycle.commit(r, choice))
-            chooser.committed(choice.rows)
         else:
             placements.append(chooser.commit(r, choice))
         total += choice.value
