@@ -230,3 +230,18 @@ def test_large_cycle_keeps_the_reserved_node_closed():
     fresh = dataclasses.replace(snap, requests=(dataclasses.replace(big, submitted_at=NOW),
                                                 *smalls))
     _same(plan(fresh), plan(dataclasses.replace(fresh, policy=OFF)))
+
+
+def test_one_starving_request_is_served_per_cycle_by_default():
+    """Two starving 1-GPU requests and a fresh high-priority 3-GPU one on a 4-GPU node:
+    serving only the most urgent starving request leaves room for the high one; serving
+    both (max_reservations=2) forces them in ahead of it and it waits."""
+    node = make_node("a", "A100", 4)
+    reqs = [make_request("old1", 1, waited=timedelta(hours=3)),
+            make_request("old2", 1, waited=timedelta(hours=2)),
+            make_request("hot", 3, priority=PriorityClass.HIGH)]
+    one = plan(make_snapshot([node], reqs))
+    assert sorted(x.request_name for x in one.placements) == ["hot", "old1"]
+    two = plan(make_snapshot([node], reqs, policy=Policy(max_reservations=2)))
+    assert sorted(x.request_name for x in two.placements) == ["old1", "old2"]
+    assert two.reason_of("hot").code is not None
