@@ -126,7 +126,8 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
                          if count < r.nodes else None)
     eligible = [r for r in requests if never[r.name] is None and r.data_ready]
     # 3. the start cycle
-    mix = mix_of(requests, workload_mix)
+    # A cycle of more decisions than FGD affords never measures it: no mix to derive.
+    mix = mix_of(requests, workload_mix) if len(eligible) <= FGD_DECISIONS else WorkloadMix((), ())
     if len(mix) and len(eligible) <= FGD_DECISIONS and len(mix) * state.size <= FGD_CELLS:
         state.fragmentation(mix)  # warm the caller's cache: later copies rebind, not rebuild
     start = Cycle(state.copy(), book.remaining(), policy.critical_headroom_gpus,
