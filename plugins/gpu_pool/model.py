@@ -348,7 +348,11 @@ class Policy:
     budget_alert_pcts: tuple[int, ...] = (80, 90, 100)
     gpu_models: tuple[GpuModelInfo, ...] = DEFAULT_GPU_MODELS
     solver_time_limit_s: float = 0.2
-    solver_workers: int = 2
+    # CP-SAT subsolvers, interleaved deterministically (not threads racing): more of them
+    # diversify the search within the same deterministic time. Measured with
+    # bench/placement_scale.py seeds 7-13 at 100 x 50: 2 left plans up to 1.35% below the
+    # bound, 8 at most 0.66%, in the same wall time.
+    solver_workers: int = 8
     solver_seed: int = 0
     # A cycle stops improving its plan once the plan is proven within this share of the
     # optimum (the relaxation's bound), as a MIP solver's relative gap: 0.005 = 0.5%.

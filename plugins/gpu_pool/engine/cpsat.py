@@ -499,8 +499,10 @@ def disaggregate(cycle: Cycle, type_list: list, chosen: dict[int, list[Request]]
         place(r, choice)
     failed: set[tuple] = set()
     for r in ordered:  # fill: whatever still fits after the solver's choice
+        if r.name in done:
+            continue
         key = fit_key(r, views[r.name], groups[r.name])
-        if r.name in done or key in failed:
+        if key in failed:
             continue
         w, view, g = weights[r.name], views[r.name], groups[r.name]
         choice = (chooser.fit(r, w, view, g, key) if chooser is not None
