@@ -11,9 +11,11 @@ Steps of :func:`plan_on_state`:
 4. greedy priority-order placement on a copy of it (small cycles try three orders
    within a priority and keep the best, see :func:`~gpu_pool.engine.greedy.best_greedy`):
    the baseline;
-5. CP-SAT on another copy: the exact per-GPU model (:mod:`gpu_pool.engine.exact`) when
-   the cycle is small, else the class model (:mod:`gpu_pool.engine.cpsat`); kept only
-   when its concrete plan is worth strictly more than greedy's;
+5. a model on another copy: the exact per-GPU CP-SAT model (:mod:`gpu_pool.engine.exact`)
+   when the cycle is small, else the class model (:mod:`gpu_pool.engine.cpsat`): its LP
+   relaxation bounds every plan, and greedy within ``policy.solver_relative_gap`` of the
+   bound stands; else the LP rounded down, then CP-SAT if still short; a plan is kept
+   only when it is worth strictly more than greedy's;
 6. critical requests still pending may preempt preemptible allocations
    (:mod:`gpu_pool.engine.preempt`);
 7. a reason for every request left pending (:mod:`gpu_pool.engine.reasons`).
@@ -22,9 +24,10 @@ Invariants: no I/O, no printing, inputs never mutated (the caller's :class:`Flee
 may gain a cache of its FGD measure, which does not change what it reports); the same
 inputs give the same plan (the solver runs with a fixed seed under a deterministic time
 limit, see :func:`gpu_pool.engine.cpsat.configured_solver`; only its wall-clock guard,
-at ten times the limit on an overloaded machine, can break this). ``stats.objective`` is
-the value of the placements on free capacity (step 4 or 5); placements won by
-preemption (step 6) come on top and are not counted in it.
+at twice the limit on an overloaded machine, can break this; GLOP is deterministic).
+``stats.objective`` is the value of the placements on free capacity (step 4 or 5, with
+the starving requests step 3 placed first); placements won by preemption (step 6) come
+on top and are not counted in it.
 """
 
 from __future__ import annotations
