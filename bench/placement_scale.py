@@ -8,9 +8,13 @@ shared); each queue is drawn from 60 job templates (a team's pipeline: one shape
 and dataset) mixing whole-GPU requests of 1/2/4/8, shares of 250/500 milli and 2- and
 4-node gangs, with five priority classes, aged submission times, model constraints,
 datasets in every zone and a few not ready, and any-model quotas for four teams. The table
-shows, per size: wall time of ``plan`` (greedy + CP-SAT + disaggregation + reasons), the
-greedy-alone wall time, the plan's objective, the greedy objective, the solver's upper bound
-(of the relaxation, hence of the problem) and the gap to it, and the machine it ran on.
+shows, per size: wall time of ``plan`` (state from the snapshot, greedy, the class model's
+LP and, when it pays, its rounding and CP-SAT, reasons), the greedy-alone wall time
+(``greedy_plan``), the plan's objective, the greedy objective, the upper bound (the class
+model's LP optimum, or CP-SAT's bound when lower: of a relaxation, hence of the problem) and
+the plan's gap to it, and the machine it ran on. The queue has waited up to 12 hours, so
+the starvation guard places its most urgent request first: objective and bound are of the
+cycle that leaves.
 """
 
 from __future__ import annotations
