@@ -116,6 +116,16 @@ class Cycle:
             return 1 if share >= request.gpu_milli else 0
         return whole if request.gpus else 0
 
+    def charge(self, request: Request, choice: Choice, whole_taken: int) -> None:
+        """Book a commit on the budgets: ``whole_taken`` whole-free GPUs of up nodes against
+        the headroom (non-critical work only), the part's milli against each part's quota."""
+        if request.priority is not PriorityClass.CRITICAL:
+            assert self.budget is not None
+            self.budget -= whole_taken
+        for g in choice.groups:
+            if g >= 0:
+                self.remaining[g] -= request.gpus * request.gpu_milli
+
     def commit(self, request: Request, choice: Choice) -> Placement:
         st = self.state
         parts = []
@@ -131,12 +141,7 @@ class Cycle:
                 cpu_milli=request.cpu_milli, memory_mib=request.memory_mib))
         st.take_columns(choice.rows, choice.cols, milli, request.cpu_milli,
                         request.memory_mib)
-        if request.priority is not PriorityClass.CRITICAL:
-            assert self.budget is not None
-            self.budget -= whole_before - sum(int(st.whole_free[r]) for r in up_rows)
-        for g in choice.groups:
-            if g >= 0:
-                self.remaining[g] -= request.gpus * request.gpu_milli
+        self.charge(request, choice, whole_before - sum(int(st.whole_free[r]) for r in up_rows))
         return Placement(request.name, tuple(parts), cross_zone=choice.cross_zone,
                          transfer_seconds=choice.transfer_seconds)
 
@@ -329,8 +334,7 @@ def _make_choice(st: FleetState, request: Request, weight: int, view: RequestVie
     elif share_cols is not None:
         cols = tuple((c,) for c in share_cols)
     elif request.gpus:
-        cols = tuple(tuple([j for j, v in enumerate(st.gpu_free[r].tolist())
-                            if v == MILLI_PER_GPU][: request.gpus]) for r in rows_t)
+        cols = tuple(whole_columns(st.gpu_free[r].tolist(), request.gpus) for r in rows_t)
     else:
         cols = tuple(() for _ in rows_t)
     if len(rows_t) == 1:
@@ -353,6 +357,11 @@ def fit_key(request: Request, view: RequestView, groups: np.ndarray) -> tuple:
     return (request.gpus, request.gpu_milli, request.nodes, request.cpu_milli,
             request.memory_mib, view.signature, request.priority is PriorityClass.CRITICAL,
             id(groups))
+
+
+def whole_columns(free: list[int], gpus: int) -> tuple[int, ...]:
+    """The ``gpus`` lowest fully free columns of a node's free milli: where whole GPUs go."""
+    return tuple([j for j, v in enumerate(free) if v == MILLI_PER_GPU][:gpus])
 
 
 def fgd_off(cycle: Cycle) -> bool:
@@ -385,7 +394,7 @@ class BestFitChooser:
         up = np.flatnonzero(st.up)
         free = np.maximum(st.gpu_free, 0).sum(axis=1)
         self.free_sum = free.tolist()
-        # Plain-list mirrors of the state, kept in step by committed(): a decision reads a
+        # Plain-list mirrors of the state, kept in step by commit(): a decision reads a
         # few rows, where a list is several times cheaper than numpy scalar access.
         self.cpu = st.cpu_free.tolist()
         self.mem = st.mem_free.tolist()
@@ -428,11 +437,10 @@ class BestFitChooser:
         if len({row for row, *_ in after}) != len(after):
             raise ValueError(f"{request.name}: two parts on one node")
         parts = []
+        whole_taken = 0
         for row, cols, name, gpus, cpu, mem in after:
             whole = gpus.count(MILLI_PER_GPU)
-            if request.priority is not PriorityClass.CRITICAL:
-                assert cycle.budget is not None
-                cycle.budget -= self.whole[row] - whole
+            whole_taken += self.whole[row] - whole
             self.gpu[row], self.whole[row], self.cpu[row], self.mem[row] = gpus, whole, cpu, mem
             self._resort(row, sum(v for v in gpus if v > 0))
             self.dirty.add(row)
@@ -440,9 +448,7 @@ class BestFitChooser:
             parts.append(NodeAssignment(node=name, gpu_indices=tuple(index[c] for c in cols),
                                         gpu_milli=milli, cpu_milli=request.cpu_milli,
                                         memory_mib=request.memory_mib))
-        for g in choice.groups:
-            if g >= 0:
-                cycle.remaining[g] -= request.gpus * request.gpu_milli
+        cycle.charge(request, choice, whole_taken)
         return Placement(request.name, tuple(parts), cross_zone=choice.cross_zone,
                          transfer_seconds=choice.transfer_seconds)
 
@@ -569,9 +575,8 @@ class BestFitChooser:
             if request.is_share:
                 m = request.gpu_milli
                 cols.append((free.index(min(v for v in free if v >= m)),))
-            elif request.gpus:  # the lowest fully free columns, as fit takes them
-                cols.append(tuple([j for j, v in enumerate(free)
-                                   if v == MILLI_PER_GPU][: request.gpus]))
+            elif request.gpus:
+                cols.append(whole_columns(free, request.gpus))
             else:
                 cols.append(())
         return _make_choice(self.cycle.state, request, weight, view, groups, tuple(rows),
