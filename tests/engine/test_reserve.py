@@ -78,12 +78,18 @@ def test_big_request_starves_without_the_rule_and_starts_with_it():
     assert sorted(c for c in with_rule.values() if c > 13) == [21] * 8 + [29] * 8 + [37] * 8
 
 
-def test_no_reservation_before_reserve_after():
+def _big_behind_one_busy_gpu(waited: timedelta):
+    """An 8-GPU node with one GPU busy, an 8-GPU request that has waited ``waited`` and a
+    fresh 1-GPU one."""
     node = make_node("a", "A100", 8)
     busy = make_allocation("old", node, (0,))
-    big = make_request("big", 8, waited=timedelta(minutes=59))
+    big = make_request("big", 8, waited=waited)
     small = make_request("small", 1)
-    snap = make_snapshot([node], [big, small], allocations=[busy])
+    return make_snapshot([node], [big, small], allocations=[busy])
+
+
+def test_no_reservation_before_reserve_after():
+    snap = _big_behind_one_busy_gpu(timedelta(minutes=59))
     p = plan(snap)
     assert p.reservations == ()
     assert [x.request_name for x in p.placements] == ["small"]
@@ -91,11 +97,8 @@ def test_no_reservation_before_reserve_after():
 
 
 def test_starving_request_holds_the_node_and_others_are_told():
-    node = make_node("a", "A100", 8)
-    busy = make_allocation("old", node, (0,))
-    big = make_request("big", 8, waited=timedelta(hours=3))
-    small = make_request("small", 1)
-    snap = make_snapshot([node], [big, small], allocations=[busy])
+    snap = _big_behind_one_busy_gpu(timedelta(hours=3))
+    big = snap.requests[0]
     p = plan(snap)
     assert p.placements == ()
     (held,) = p.reservations

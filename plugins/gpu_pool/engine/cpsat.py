@@ -456,7 +456,6 @@ def disaggregate(cycle: Cycle, type_list: list, chosen: dict[int, list[Request]]
     # the groups' codes instead of their rows: same choices, no pass over the fleet.
     chooser = BestFitChooser(cycle) if fgd_off(cycle) else None
     code_of = group_codes(cycle.state.layout)[grp.rep]
-    masks = chooser is None
     placements: list[Placement] = []
     done: set[str] = set()
     value = 0
@@ -484,7 +483,7 @@ def disaggregate(cycle: Cycle, type_list: list, chosen: dict[int, list[Request]]
         elif ks:
             rows = np.sort(np.concatenate([grp.members[k] for k in ks]))
             caps_k = (grp.group_of_row, {k: left[(t, k)] for k in ks}) if r.nodes > 1 else None
-            choice = fit(cycle, r, w, view, g, rows, masks=masks, caps=caps_k)
+            choice = fit(cycle, r, w, view, g, rows, caps=caps_k)
         if choice is None:
             choice = (chooser.fit(r, w, view, g) if chooser is not None
                       else fit(cycle, r, w, view, g))
