@@ -63,6 +63,15 @@ class WorkloadMix:
     shapes: tuple[TaskShape, ...]
     weights: tuple[float, ...]
 
+    def __hash__(self) -> int:
+        # Hashed on every state copy (the FGD cache is keyed by mix): hash hundreds of
+        # shapes once, not per copy.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.shapes, self.weights))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     @classmethod
     def from_shapes(cls, shapes: Iterable[TaskShape], coverage: float = 1.0) -> WorkloadMix:
         """The mix of the given task list: most frequent shapes first, cut once they cover
@@ -176,9 +185,14 @@ class FleetFragmentation:
         self.s_cpu = np.asarray([s.cpu_milli for s in shapes], dtype=np.int64)
         self.s_mem = np.asarray([s.memory_mib for s in shapes], dtype=np.int64)
         # access[n, s]: a GPU shape whose models the node's card satisfies (CPU-only: never Q3).
-        self.access = np.asarray(
-            [[s.gpus > 0 and s.accepts(m) for s in shapes] for m in models], dtype=bool
-        ).reshape(len(models), len(shapes))
+        # Computed once per distinct model (a fleet has a handful), then spread over rows.
+        distinct = list(dict.fromkeys(models))
+        per_model = np.asarray(
+            [[s.gpus > 0 and s.accepts(m) for s in shapes] for m in distinct], dtype=bool
+        ).reshape(len(distinct), len(shapes))
+        position = {m: k for k, m in enumerate(distinct)}
+        self.access = per_model[np.asarray([position[m] for m in models], dtype=np.int64)
+                                ].reshape(len(models), len(shapes))
         # Per free value v in 0..1000: v if v < milli_s else 0, and [v >= milli_s].
         values = np.arange(MILLI + 1, dtype=np.int64)[:, None]
         self.t_lt = np.where(values < self.s_milli[None, :], values, 0).astype(np.float64)

@@ -44,7 +44,9 @@ from gpu_pool.model import MILLI_PER_GPU, PriorityClass, Request
 # Scores rank penalty first: FGD deltas stay far below one penalty unit times this.
 _PENALTY_RANK = 1e8
 FGD_DECISIONS = 200
-FGD_CELLS = 200_000
+# Candidate nodes x mix shapes FGD may score for one decision (about 5 ms of numpy at the
+# limit on this 2-core machine). openb's traces need 1,213 nodes x 145 to 332 shapes.
+FGD_CELLS = 500_000
 # FGD score points a node's place in the fixed fill order is worth (see node_cost).
 ORDER_POINTS = 4.0
 # From this many decisions a cycle keeps fit masks (see candidate_rows): building one costs
@@ -82,8 +84,8 @@ class Cycle:
         """The FGD measure, when the cycle can afford it (else best-fit decides).
 
         FGD costs O(candidates x shapes) per decision plus a refresh per placement: fine
-        for the simulator's cycles (1 to 50 decisions over 1,213 nodes x 35 shapes), not for
-        a heartbeat with thousands of decisions, which uses best-fit instead. The rule
+        for the simulator's cycles (1 to 50 decisions over 1,213 nodes x up to 332 shapes),
+        not for a heartbeat with thousands of decisions, which uses best-fit instead. The rule
         depends only on the cycle's size, so a given snapshot is always planned one way.
         """
         if self.mix is None or not len(self.mix) or self.decisions > FGD_DECISIONS:
