@@ -44,3 +44,34 @@ def test_a_clearly_better_fgd_score_beats_the_order() -> None:
     state.apply(Placement("x", (NodeAssignment(later.name, (0,), 500, 0, 0),)))
     assert ORDER_POINTS < 100
     assert _place(state, WHOLE, milli=500) == later.name
+
+
+def test_nodes_that_alone_hold_a_scarce_shape_are_filled_last() -> None:
+    # 24 small nodes and one big one, named so that the big node comes first in the
+    # scrambled order. The mix has a rare 8-GPU, 120-core shape only the big node can hold.
+    # A 20-core CPU-only task blocks it there, and blocks a rare 50-core shape on a small
+    # node: FGD scores both one point down (49), so the order decides, and without the
+    # scarce tier it would put the task on the big node (as in the openb replay).
+    small = [make_node(f"s{i}", "T4", 4, cpu=64_000) for i in range(24)]
+    for i in range(10_000):
+        state = FleetState.from_nodes([*small, make_node(f"big{i}", "T4", 8, cpu=128_000)])
+        crc_rank = node_order(state)
+        if np.argmin(crc_rank) == len(small):
+            break
+    big = state.layout.names[-1]
+    mix = WorkloadMix((TaskShape(1, 1000, 4_000), TaskShape(0, 0, 20_000),
+                       TaskShape(1, 1000, 50_000), TaskShape(8, 1000, 120_000)),
+                      (0.8985, 0.1, 0.0005, 0.001))
+    tiered = node_order(state, mix)
+    assert tiered[-1] == tiered.max()  # the big node is last ...
+    small_rows = np.arange(len(small))
+    # ... and the others keep their scrambled order among themselves.
+    assert (np.argsort(tiered[small_rows]) == np.argsort(crc_rank[small_rows])).all()
+    task = make_request("cpu", gpus=0, cpu=20_000)
+    plan = plan_on_state(state, [task], policy=Policy(), now=NOW, workload_mix=mix)
+    assert plan.placements[0].assignments[0].node != big
+    # Without the scarce shape in the mix the scrambled order stands: the big node first.
+    plain = WorkloadMix(mix.shapes[:3], (0.899, 0.1, 0.001))
+    assert (np.argsort(node_order(state, plain)) == np.argsort(crc_rank)).all()
+    plan = plan_on_state(state, [task], policy=Policy(), now=NOW, workload_mix=plain)
+    assert plan.placements[0].assignments[0].node == big
