@@ -274,7 +274,7 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
             buckets[(gsig if const else _PER_MODEL, weights[r.name])].append(r)
         ys = []
         for b, members in buckets.items():
-            var = lm.var(0, len(members), f"y_{t}_{b[0]}_{b[1]}")
+            var = lm.var(0, len(members), ("y", t, b[0], b[1]))
             y[(t, b)] = var
             bucket_members[(t, b)] = members
             ys.append(var)
@@ -285,7 +285,7 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
         xs = []
         for k in np.flatnonzero(fits[t]):
             k = int(k)
-            var = lm.var(0, int(min(fits[t][k], r0.nodes * len(reqs))), f"x_{t}_{k}")
+            var = lm.var(0, int(min(fits[t][k], r0.nodes * len(reqs))), ("x", t, k))
             x[(t, k)] = var
             xs.append(var)
             pen = int(view.penalty[grp.rep[k]])

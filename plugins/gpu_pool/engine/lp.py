@@ -33,11 +33,13 @@ class Relaxation:
 class LinearModel:
     lower: list[int] = field(default_factory=list)
     upper: list[int] = field(default_factory=list)
-    names: list[str] = field(default_factory=list)
+    # A tuple name is joined with "_" only when CP-SAT needs it (formatting ten thousand
+    # names per cycle for an LP that never reads them cost more than the LP's model).
+    names: list[str | tuple] = field(default_factory=list)
     rows: list[tuple[Terms, float, float]] = field(default_factory=list)  # terms, low, high
     objective: Terms = field(default_factory=list)
 
-    def var(self, low: int, high: int, name: str) -> int:
+    def var(self, low: int, high: int, name: str | tuple) -> int:
         self.lower.append(low)
         self.upper.append(high)
         self.names.append(name)
@@ -81,8 +83,9 @@ class LinearModel:
     def cp_model(self) -> tuple[cp_model.CpModel, list[cp_model.IntVar]]:
         """The same model for CP-SAT, with its variables by index."""
         model = cp_model.CpModel()
-        variables = [model.new_int_var(lo, hi, name)
-                     for lo, hi, name in zip(self.lower, self.upper, self.names, strict=True)]
+        variables = [
+            model.new_int_var(lo, hi, name if isinstance(name, str) else "_".join(map(str, name)))
+            for lo, hi, name in zip(self.lower, self.upper, self.names, strict=True)]
         for terms, low, high in self.rows:
             expr = cp_model.LinearExpr.weighted_sum([variables[v] for v, _ in terms],
                                                     [c for _, c in terms])
