@@ -87,3 +87,41 @@ def test_greedy_within_the_relative_gap_is_kept_unrounded() -> None:
     assert "greedy within" not in tight.stats.detail
     assert tight.stats.objective > tight.stats.greedy_objective  # rounding found more
     assert tight.stats.upper_bound <= loose.stats.upper_bound  # the LP bound, or CP-SAT's
+
+
+def _contended_snapshot(quota: float | None = None, headroom: int = 0):
+    """320 one-GPU requests on 80 four-GPU nodes: 160 accept any model and rank first (high
+    priority), 160 need a T4. Right-sizing sends the first to the T4 nodes, so greedy
+    fills them and the T4-only half waits; the LP puts the flexible half on the A100s."""
+    from engine_factories import make_node, make_quota, make_request, make_snapshot
+
+    from gpu_pool.model import Policy, PriorityClass
+
+    nodes = ([make_node(f"t4-{i}", "T4", 4) for i in range(40)]
+             + [make_node(f"a100-{i}", "A100", 4) for i in range(40)])
+    requests = ([make_request(f"any-{i}", priority=PriorityClass.HIGH) for i in range(160)]
+                + [make_request(f"t4only-{i}", models=("T4",)) for i in range(160)])
+    quotas = [make_quota("ml", quota)] if quota is not None else []
+    return make_snapshot(nodes, requests, quotas=quotas,
+                         policy=Policy(critical_headroom_gpus=headroom))
+
+
+@pytest.mark.parametrize(("quota", "headroom", "placed"),
+                         [(None, 0, 320), (250, 0, 250), (None, 40, 280)])
+def test_a_short_greedy_plan_is_repaired_not_rebuilt(quota, headroom, placed) -> None:
+    from engine_checks import check_plan
+
+    from gpu_pool.engine import greedy_plan
+
+    snap = _contended_snapshot(quota, headroom)
+    greedy = greedy_plan(snap)
+    assert len(greedy.placements) == 160  # the T4-only half found no T4 left
+    result = plan(snap)
+    check_plan(result, snap)  # capacity, models, quota
+    assert "greedy repaired" in result.stats.detail
+    assert len(result.placements) == placed
+    assert all(p.assignments[0].node.startswith("t4-") for p in result.placements
+               if p.request_name.startswith("t4only-"))
+    assert result.stats.objective > result.stats.greedy_objective
+    assert result.stats.objective >= (1 - snap.policy.solver_relative_gap) * \
+        result.stats.upper_bound

@@ -94,34 +94,42 @@ class FleetState:
         nodes = tuple(nodes)
         n = len(nodes)
         width = max((len(x.gpus) for x in nodes), default=0)
-        gpu_index = np.full((n, max(width, 1)), _NO_GPU, dtype=np.int64)
-        gpu_free = np.full((n, max(width, 1)), _NO_GPU, dtype=np.int64)
+        index_rows: list[list[int]] = []
+        free_rows: list[list[int]] = []
         columns: list[dict[int, int]] = []
-        for i, node in enumerate(nodes):
-            cols: dict[int, int] = {}
-            for j, gpu in enumerate(node.gpus):
-                gpu_index[i, j] = gpu.index
-                gpu_free[i, j] = MILLI_PER_GPU if gpu.healthy else _NO_GPU
-                cols[gpu.index] = j
-            columns.append(cols)
+        models: list[str | None] = []
+        memory: list[int] = []
+        pad = [_NO_GPU] * max(width, 1)
+        for node in nodes:  # one pass over the nodes: a 10,000-node fleet is built per cycle
+            gpus = node.gpus
+            index = [g.index for g in gpus]
+            index_rows.append(index + pad[len(index):])
+            free_rows.append([MILLI_PER_GPU if g.healthy else _NO_GPU for g in gpus]
+                             + pad[len(gpus):])
+            columns.append({i: j for j, i in enumerate(index)})
+            models.append(gpus[0].model if gpus else None)
+            memory.append(min(g.memory_mib for g in gpus) if gpus else 0)
+        gpu_index = np.array(index_rows, dtype=np.int64).reshape(n, max(width, 1))
+        gpu_free = np.array(free_rows, dtype=np.int64).reshape(n, max(width, 1))
         names = tuple(x.name for x in nodes)
+        zones = tuple(x.zone for x in nodes)
+        model_arr = np.array(models, dtype=object)
+        zone_arr = np.array(zones, dtype=object)
         layout = FleetLayout(
             nodes=nodes,
             names=names,
             row_of={name: i for i, name in enumerate(names)},
-            models=tuple(x.gpu_model for x in nodes),
-            zones=tuple(x.zone for x in nodes),
+            models=tuple(models),
+            zones=zones,
             gpu_index=gpu_index,
             gpu_count=np.array([len(x.gpus) for x in nodes], dtype=np.int64),
-            gpu_memory=np.array([node_gpu_memory(x) for x in nodes], dtype=np.int64),
+            gpu_memory=np.array(memory, dtype=np.int64),
             bandwidth=np.array([x.bandwidth_mb_s for x in nodes], dtype=np.float64),
             cpu_total=np.array([x.cpu_milli for x in nodes], dtype=np.int64),
             mem_total=np.array([x.memory_mib for x in nodes], dtype=np.int64),
             column_of=tuple(columns),
-            model_rows={m: np.array([x.gpu_model == m for x in nodes], dtype=bool)
-                        for m in {x.gpu_model for x in nodes}},
-            zone_rows={z: np.array([x.zone == z for x in nodes], dtype=bool)
-                       for z in {x.zone for x in nodes}},
+            model_rows={m: model_arr == m for m in set(models)} if n else {},
+            zone_rows={z: zone_arr == z for z in set(zones)} if n else {},
         )
         up = np.array([x.schedulable for x in nodes], dtype=bool)
         return cls(layout, gpu_free, layout.cpu_total.copy(), layout.mem_total.copy(), up)

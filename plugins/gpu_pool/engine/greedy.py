@@ -635,7 +635,8 @@ class BestFitChooser:
                     used[g] = used.get(g, 0) + part
                 if len(chosen) == k:
                     return self._choice(request, weight, view, groups, [e[1] for e in chosen])
-        cycle._blocks = None
+        if only is None:  # an unrestricted search failed: the bound let it through, tighten
+            cycle._blocks = None
         return None
 
     def _choice(self, request: Request, weight: int, view: RequestView, groups: np.ndarray,
