@@ -55,7 +55,11 @@ NOTES = (
     "The paper's measure ignores memory, which hides that some 8-GPU tasks (120 cores, "
     "640+ GB RAM) fit only the 39 G3 nodes. Its node choice weighs FGD's score against a "
     "fixed scrambled node order worth 4 points (first-fit consolidation where FGD sees "
-    "no clear difference); a cycle of 2-200 requests tries three greedy orders and keeps "
+    "no clear difference) in which nodes that alone can hold a scarce shape of the mix "
+    "(one at most 5% of the nodes could hold) come last; FGD scores up to 500,000 "
+    "candidate-node x shape cells per decision (gpuspec10's mix has 332 shapes: with the "
+    "earlier limit of 200,000 its unconstrained arrivals fell back to best-fit and the "
+    "engine's online figure was 5.38); a cycle of 2-200 requests tries three greedy orders and keeps "
     "the most valuable, then least fragmented plan (see `gpu_pool.engine.greedy`). Card "
     "memory is left unknown (the trace has none, no task asks for it), so the engine's "
     "right-size preference is neutral here.",
