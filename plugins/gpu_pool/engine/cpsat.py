@@ -82,7 +82,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -601,24 +601,15 @@ def _repaired(relaxed: lp.Relaxation, bound: float, greedy_cycle: Cycle,
     for r in sorted(undone, key=lambda r: (-weights[r.name], -r.total_gpu_milli)):
         if r.name not in kept and placed_of[type_of[r.name]] < want[type_of[r.name]]:
             place(r)
-    failed: set[tuple] = set()
-    for r in ordered:  # (5) fill: whatever still fits
-        if r.name in kept:
-            continue
-        key = fit_key(r, views[r.name], groups[r.name])
-        if key in failed:
-            continue
-        w, view, g = weights[r.name], views[r.name], groups[r.name]
-        choice = (chooser.fit(r, w, view, g, key) if chooser is not None
-                  else fit(cycle, r, w, view, g))
-        if choice is None:
-            failed.add(key)
-            continue
+    def filled(r: Request, choice: Choice) -> None:
+        nonlocal value, added
         placements.append(chooser.commit(r, choice) if chooser is not None
                           else cycle.commit(r, choice))
         kept[r.name] = placements[-1]
         value += choice.value
         added += 1
+
+    _fill(cycle, chooser, ordered, kept, weights, views, groups, filled)  # (5)
     if chooser is not None:
         chooser.sync()
     detail = (f"{size}; LP {relaxed.objective:.0f}, greedy repaired {value} "
@@ -701,9 +692,20 @@ def disaggregate(cycle: Cycle, type_list: list, chosen: dict[int, list[Request]]
                 if not left[(t, k)]:
                     open_codes[t].discard(int(code_of[k]))
         place(r, choice)
+    _fill(cycle, chooser, ordered, done, weights, views, groups, place)
+    if chooser is not None:
+        chooser.sync()
+    return placements, value
+
+
+def _fill(cycle: Cycle, chooser: BestFitChooser | None, ordered: Sequence[Request],
+          placed: Container[str], weights: dict[str, int], views: dict[str, RequestView],
+          groups: dict[str, np.ndarray], commit: Callable[[Request, Choice], None]) -> None:
+    """Offer every request of ``ordered`` not yet ``placed`` a greedy choice, in order;
+    ``commit`` books each one that fits (a type that failed once is not tried again)."""
     failed: set[tuple] = set()
-    for r in ordered:  # fill: whatever still fits after the solver's choice
-        if r.name in done:
+    for r in ordered:
+        if r.name in placed:
             continue
         key = fit_key(r, views[r.name], groups[r.name])
         if key in failed:
@@ -714,7 +716,4 @@ def disaggregate(cycle: Cycle, type_list: list, chosen: dict[int, list[Request]]
         if choice is None:
             failed.add(key)
         else:
-            place(r, choice)
-    if chooser is not None:
-        chooser.sync()
-    return placements, value
+            commit(r, choice)
