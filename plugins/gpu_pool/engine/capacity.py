@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpu_pool.engine.compat import node_gpu_memory
 from gpu_pool.engine.fragmentation import FleetFragmentation, WorkloadMix
 from gpu_pool.engine.types import NodeAssignment, Placement, Snapshot
 from gpu_pool.model import MILLI_PER_GPU, Allocation, Node
