@@ -444,6 +444,7 @@ class BestFitChooser:
         st = cycle.state
         self.cycle = cycle
         self.code = group_codes(st.layout)
+        self.code_of = self.code.tolist()
         up = np.flatnonzero(st.up)
         free = np.maximum(st.gpu_free, 0).sum(axis=1)
         self.free_sum = free.tolist()
@@ -510,12 +511,10 @@ class BestFitChooser:
             index = self.index.get(row)
             if index is None:
                 index = self.index[row] = layout.gpu_index[row].tolist()
-            parts.append(NodeAssignment(node=name, gpu_indices=tuple(index[c] for c in cols),
-                                        gpu_milli=milli, cpu_milli=request.cpu_milli,
-                                        memory_mib=request.memory_mib))
+            parts.append(NodeAssignment(name, tuple([index[c] for c in cols]), milli,
+                                        request.cpu_milli, request.memory_mib))
         cycle.charge(request, choice, whole_taken)
-        return Placement(request.name, tuple(parts), cross_zone=choice.cross_zone,
-                         transfer_seconds=choice.transfer_seconds)
+        return Placement(request.name, tuple(parts), choice.cross_zone, choice.transfer_seconds)
 
     def sync(self) -> None:
         """Write the rows changed on the lists back to the state (and its caches)."""
@@ -531,7 +530,7 @@ class BestFitChooser:
         st._touched(rows)
 
     def _resort(self, row: int, free: int) -> None:
-        lst = self.members.get(int(self.code[row]))
+        lst = self.members.get(self.code_of[row])
         if lst is not None and free != self.free_sum[row]:
             del lst[bisect.bisect_left(lst, (self.free_sum[row], row))]
             bisect.insort(lst, (free, row))

@@ -33,9 +33,11 @@ on top and are not counted in it.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 
 import numpy as np
@@ -87,10 +89,11 @@ def mix_of(requests: Sequence[Request], given: MixSpec | WorkloadMix = ()) -> Wo
 
 def plan(snapshot: Snapshot) -> Plan:
     """The plan for ``snapshot`` (see the module docstring)."""
-    return plan_on_state(
-        FleetState.from_snapshot(snapshot), snapshot.requests, quotas=snapshot.quotas,
-        allocations_usage=snapshot.allocations, policy=snapshot.policy, now=snapshot.now,
-        workload_mix=snapshot.workload_mix)
+    with gc_paused():  # the fleet state too is thousands of small objects
+        return plan_on_state(
+            FleetState.from_snapshot(snapshot), snapshot.requests, quotas=snapshot.quotas,
+            allocations_usage=snapshot.allocations, policy=snapshot.policy, now=snapshot.now,
+            workload_mix=snapshot.workload_mix)
 
 
 def plan_on_state(state: FleetState, requests: Sequence[Request], *,
@@ -102,7 +105,33 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
     ``allocations_usage``: the active allocations, from which quota usage is derived and
     among which preemptible ones may be preempted; capacity comes from ``state`` alone.
     ``use_solver=False`` returns the greedy plan (what-if tools, the simulator's baseline).
+
+    Python's cyclic garbage collector is paused for the cycle (and restored after, as it
+    was): a large cycle allocates tens of thousands of small objects, none of them in
+    reference cycles, and each allocation burst set off collector passes over the
+    caller's whole heap: a quarter of a 20,000-request cycle's time in
+    ``bench/placement_scale.py`` (2.3-2.7 s with it, 1.75-1.84 s without, same run).
     """
+    with gc_paused():
+        return _plan_on_state(state, requests, quotas, allocations_usage, policy, now,
+                              workload_mix, use_solver)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off inside, as it was after (nests)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Sequence[Quota],
+                   allocations_usage: Sequence[Allocation], policy: Policy, now: datetime,
+                   workload_mix: MixSpec | WorkloadMix, use_solver: bool) -> Plan:
     t0 = time.perf_counter()
     layout = state.layout
     # 1. weights, views, quota groups
@@ -210,7 +239,8 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
 
 def greedy_plan(snapshot: Snapshot) -> Plan:
     """The greedy baseline alone for ``snapshot``."""
-    return plan_on_state(
-        FleetState.from_snapshot(snapshot), snapshot.requests, quotas=snapshot.quotas,
-        allocations_usage=snapshot.allocations, policy=snapshot.policy, now=snapshot.now,
-        workload_mix=snapshot.workload_mix, use_solver=False)
+    with gc_paused():
+        return plan_on_state(
+            FleetState.from_snapshot(snapshot), snapshot.requests, quotas=snapshot.quotas,
+            allocations_usage=snapshot.allocations, policy=snapshot.policy, now=snapshot.now,
+            workload_mix=snapshot.workload_mix, use_solver=False)
