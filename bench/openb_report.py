@@ -289,16 +289,17 @@ def render(packing: dict, replay: dict, args: argparse.Namespace, out: Path) -> 
         f"(5th-percentile arrival to the last). Command: `gpu-pool simulate replay --nodes "
         f"NODES --pods PODS --policy P --fleet-fraction {args.fleet_fraction}`.",
         "",
-        "The engine's multi-day maxima are 8-GPU tasks asking 88-120 cores and 320-737 GiB "
-        "that only the G3 node of this fleet share can hold. Its starvation guard "
-        "(`Policy.reserve_after` 1 h, `max_reservations` 1) closes that node to new work "
-        "once such a task has waited an hour, but cannot end what already runs there: on "
-        "default a 20-core CPU-only task with about ten days left. Without the guard the "
-        "default maxima were 1,606,449 s (high) and 2,274,383 s (normal); with it 563,157 s "
-        "and 923,723 s, while the normal p95 rose from 374 s to 268,081 s (the few big tasks "
-        "now queue for the one node in turn). bestfit avoids the trap by putting small "
-        "tasks on the tightest node, never the big one; keeping rare big nodes for the "
-        "requests only they can hold is the engine's open problem here.",
+        "The engine's longest waits are 8-GPU tasks asking 88-120 cores and 320-737 GiB "
+        "that only the G3 node of this fleet share (and, from 88 cores, a few others) can "
+        "hold. Until the engine's fill order put the nodes that alone hold such scarce "
+        "shapes last, small long tasks landed there (on default a 20-core CPU-only task "
+        "with about ten days left) and the maxima were 563,157 s (high) and 923,723 s "
+        "(normal) on default, 1,606,509 s and 2,274,443 s on gpushare40; now 63,117 s and "
+        "38,304 s (two tasks of 8,152 waited over an hour) and 63,117 s and 6,384 s. The "
+        "starvation guard (`Policy.reserve_after` 1 h, `max_reservations` 1) closes the "
+        "node such a task waits for to new work, but cannot end what already runs there. "
+        "On gpuspec10 the maxima are tasks bound to the one node of their model in this "
+        "share; bestfit's are longer still.",
         "",
         "| trace | policy | GPU alloc % mean / peak / off-peak | never started | frag % | "
         "delay median / p95 / max (s) per class | cycle ms median / p95 / max |",
