@@ -556,22 +556,10 @@ def _repaired(relaxed: lp.Relaxation, bound: float, greedy_cycle: Cycle,
     def place(r: Request) -> bool:
         nonlocal value, added
         t = type_of[r.name]
-        w, view, g = weights[r.name], views[r.name], groups[r.name]
-        open_k = [k for k in allot_of[t] if held[(t, k)] < allot[(t, k)]]
-        choice = None
-        if open_k and chooser is not None:
-            caps = ({int(code_of[k]): allot[(t, k)] - held[(t, k)] for k in open_k}
-                    if r.nodes > 1 else None)
-            choice = chooser.fit(r, w, view, g, only={int(code_of[k]) for k in open_k},
-                                 caps=caps)
-        elif open_k:
-            rows = np.sort(np.concatenate([grp.members[k] for k in open_k]))
-            caps_k = ((grp.group_of_row, {k: allot[(t, k)] - held[(t, k)] for k in open_k})
-                      if r.nodes > 1 else None)
-            choice = fit(cycle, r, w, view, g, rows, caps=caps_k)
-        if choice is None:
-            choice = (chooser.fit(r, w, view, g) if chooser is not None
-                      else fit(cycle, r, w, view, g))
+        room = {k: allot[(t, k)] - held[(t, k)] for k in allot_of[t]
+                if held[(t, k)] < allot[(t, k)]}
+        choice = _fit_in_groups(cycle, chooser, grp, code_of, r, weights[r.name],
+                                views[r.name], groups[r.name], room)
         if choice is None:
             return False
         for row in choice.rows:
@@ -665,37 +653,41 @@ def disaggregate(cycle: Cycle, type_list: list, chosen: dict[int, list[Request]]
         done.add(r.name)
         value += choice.value
 
-    # Per type, the codes of the groups it still has parts allotted on.
-    open_codes = {t: {int(code_of[k]) for k in ks} for t, ks in by_type.items()}
     for t, r in todo:
-        w, view, g = weights[r.name], views[r.name], groups[r.name]
-        choice = None
-        ks = [k for k in by_type.get(t, ()) if left.get((t, k), 0) > 0]
-        if chooser is not None:
-            if open_codes.get(t):
-                # A gang's parts follow the solver's count per group, not just its groups.
-                caps = {int(code_of[k]): left[(t, k)] for k in ks} if r.nodes > 1 else None
-                choice = chooser.fit(r, w, view, g, only=open_codes[t], caps=caps)
-        elif ks:
-            rows = np.sort(np.concatenate([grp.members[k] for k in ks]))
-            caps_k = (grp.group_of_row, {k: left[(t, k)] for k in ks}) if r.nodes > 1 else None
-            choice = fit(cycle, r, w, view, g, rows, caps=caps_k)
-        if choice is None:
-            choice = (chooser.fit(r, w, view, g) if chooser is not None
-                      else fit(cycle, r, w, view, g))
+        room = {k: left[(t, k)] for k in by_type.get(t, ()) if left.get((t, k), 0) > 0}
+        choice = _fit_in_groups(cycle, chooser, grp, code_of, r, weights[r.name],
+                                views[r.name], groups[r.name], room)
         if choice is None:
             continue
         for row in choice.rows:
             k = int(grp.group_of_row[row])
             if left.get((t, k), 0) > 0:
                 left[(t, k)] -= 1
-                if not left[(t, k)]:
-                    open_codes[t].discard(int(code_of[k]))
         place(r, choice)
     _fill(cycle, chooser, ordered, done, weights, views, groups, place)
     if chooser is not None:
         chooser.sync()
     return placements, value
+
+
+def _fit_in_groups(cycle: Cycle, chooser: BestFitChooser | None, grp: _Groups,
+                   code_of: np.ndarray, r: Request, w: int, view: RequestView, g: np.ndarray,
+                   room: dict[int, int]) -> Choice | None:
+    """The greedy choice for ``r`` inside the node groups ``room`` still gives its type
+    parts in (group -> parts left; a gang's parts at most that many per group, as the
+    solver counted them), else anywhere."""
+    choice = None
+    if room and chooser is not None:
+        caps = {int(code_of[k]): n for k, n in room.items()} if r.nodes > 1 else None
+        choice = chooser.fit(r, w, view, g, only={int(code_of[k]) for k in room}, caps=caps)
+    elif room:
+        rows = np.sort(np.concatenate([grp.members[k] for k in room]))
+        caps_k = (grp.group_of_row, dict(room)) if r.nodes > 1 else None
+        choice = fit(cycle, r, w, view, g, rows, caps=caps_k)
+    if choice is None:
+        choice = (chooser.fit(r, w, view, g) if chooser is not None
+                  else fit(cycle, r, w, view, g))
+    return choice
 
 
 def _fill(cycle: Cycle, chooser: BestFitChooser | None, ordered: Sequence[Request],

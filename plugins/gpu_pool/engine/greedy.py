@@ -214,8 +214,9 @@ def node_order(state: FleetState, mix: WorkloadMix | None = None) -> np.ndarray:
     them last keeps them free for the work only they can run; within each tier the
     scrambled order stands. Measured in the openb replay (fleet share 0.004, the default
     trace): the longest waits of high and normal tasks fell from 563,157 and 923,723 s to
-    hours (a 20-core CPU-only task had taken the one node the big tasks fit, for ten
-    days); packing medians moved by under a tenth of a point (docs/benchmarks/openb.md).
+    63,117 and 38,304 s (a 20-core CPU-only task had taken the one node the big tasks fit,
+    for ten days); online packing medians rose by at most 0.07 point
+    (docs/benchmarks/openb.md).
     """
     layout = state.layout
     rank = layout.views.get("node_order")
@@ -286,7 +287,6 @@ def node_cost(cycle: Cycle, request: Request, rows: np.ndarray,
                                        request.memory_mib)
     score = np.trunc(100.0 / (1.0 + np.exp(np.clip(delta / 1000.0, -50.0, 50.0))))
     return (100.0 - score) + ORDER_POINTS * node_order(st, cycle.mix)[rows]
-
 
 
 def fit(cycle: Cycle, request: Request, weight: int, view: RequestView, groups: np.ndarray,
