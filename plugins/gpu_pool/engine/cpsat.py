@@ -553,8 +553,15 @@ def _repaired(relaxed: lp.Relaxation, bound: float, greedy_cycle: Cycle,
     placements = list(kept.values())
     added = 0
 
-    def place(r: Request) -> bool:
+    def book(r: Request, choice: Choice) -> None:
         nonlocal value, added
+        placements.append(chooser.commit(r, choice) if chooser is not None
+                          else cycle.commit(r, choice))
+        kept[r.name] = placements[-1]
+        value += choice.value
+        added += 1
+
+    def place(r: Request) -> bool:
         t = type_of[r.name]
         room = {k: allot[(t, k)] - held[(t, k)] for k in allot_of[t]
                 if held[(t, k)] < allot[(t, k)]}
@@ -564,12 +571,8 @@ def _repaired(relaxed: lp.Relaxation, bound: float, greedy_cycle: Cycle,
             return False
         for row in choice.rows:
             held[(t, int(grp.group_of_row[row]))] += 1
-        placements.append(chooser.commit(r, choice) if chooser is not None
-                          else cycle.commit(r, choice))
-        kept[r.name] = placements[-1]
+        book(r, choice)
         placed_of[t] += 1
-        value += choice.value
-        added += 1
         return True
 
     in_bucket: dict[tuple, int] = defaultdict(int)
@@ -589,15 +592,7 @@ def _repaired(relaxed: lp.Relaxation, bound: float, greedy_cycle: Cycle,
     for r in sorted(undone, key=lambda r: (-weights[r.name], -r.total_gpu_milli)):
         if r.name not in kept and placed_of[type_of[r.name]] < want[type_of[r.name]]:
             place(r)
-    def filled(r: Request, choice: Choice) -> None:
-        nonlocal value, added
-        placements.append(chooser.commit(r, choice) if chooser is not None
-                          else cycle.commit(r, choice))
-        kept[r.name] = placements[-1]
-        value += choice.value
-        added += 1
-
-    _fill(cycle, chooser, ordered, kept, weights, views, groups, filled)  # (5)
+    _fill(cycle, chooser, ordered, kept, weights, views, groups, book)  # (5)
     if chooser is not None:
         chooser.sync()
     detail = (f"{size}; LP {relaxed.objective:.0f}, greedy repaired {value} "
