@@ -224,8 +224,11 @@ def build_start_command(command: str, job: RemoteJob, env: Mapping[str, str], *,
         kill = _kill_script(job, kill_grace_s, "time_limit")
         # Until the job has exited: once past the deadline, kill every second. The kill is
         # idempotent, and retrying covers a leader that had not yet written its pid.
+        # `date +%s` drops the fraction of the second the job started in, so the deadline
+        # is one second further: never before the limit (it fired after 7.2 s of an 8 s
+        # limit in CI), at most about two seconds after it.
         watchdog = (
-            f"deadline=$(( $(date +%s) + {int(math.ceil(time_limit_s))} ))\n"
+            f"deadline=$(( $(date +%s) + {int(math.ceil(time_limit_s)) + 1} ))\n"
             f"( while [ ! -e {d}/exit ]; do\n"
             f"    if [ \"$(date +%s)\" -ge \"$deadline\" ]; then bash -c {shlex.quote(kill)}; fi\n"
             f"    sleep 1\n"
