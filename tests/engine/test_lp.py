@@ -108,31 +108,20 @@ def _contended_snapshot(quota: float | None = None, headroom: int = 0):
 
 @pytest.mark.parametrize(("quota", "headroom", "placed"),
                          [(None, 0, 320), (250, 0, 250), (None, 40, 280)])
-def test_a_short_greedy_plan_is_repaired_not_rebuilt(quota, headroom, placed,
-                                                     monkeypatch) -> None:
+def test_a_short_greedy_plan_gives_way_to_the_rounded_lp(quota, headroom, placed) -> None:
     from engine_checks import check_plan
 
-    from gpu_pool.engine import cpsat, greedy_plan
+    from gpu_pool.engine import greedy_plan
 
-    monkeypatch.setattr(cpsat, "REPAIR_FROM", 300)  # the repair's size, in miniature
     snap = _contended_snapshot(quota, headroom)
     greedy = greedy_plan(snap)
     assert len(greedy.placements) == 160  # the T4-only half found no T4 left
     result = plan(snap)
     check_plan(result, snap)  # capacity, models, quota
-    assert "greedy repaired" in result.stats.detail
+    assert "rounded" in result.stats.detail
     assert len(result.placements) == placed
     assert all(p.assignments[0].node.startswith("t4-") for p in result.placements
                if p.request_name.startswith("t4only-"))
     assert result.stats.objective > result.stats.greedy_objective
     assert result.stats.objective >= (1 - snap.policy.solver_relative_gap) * \
         result.stats.upper_bound
-
-
-def test_a_small_short_greedy_plan_goes_straight_to_the_rounded_lp() -> None:
-    from gpu_pool.engine import cpsat
-
-    assert cpsat.REPAIR_FROM > 320
-    result = plan(_contended_snapshot())
-    assert "rounded" in result.stats.detail and "repaired" not in result.stats.detail
-    assert len(result.placements) == 320

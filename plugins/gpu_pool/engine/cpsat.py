@@ -61,12 +61,11 @@ Solving
    alone did not beat greedy (1.5-2.4% below the bound) within its time limit.
    Greedy's plan already within ``Policy.solver_relative_gap`` (0.5%) of the bound is
    kept as it is, without rounding: a 20,000-request cycle saves a second pass. Otherwise
-   greedy's plan is first *repaired* towards the rounded LP (:func:`_repaired`: undo what
-   the LP places less of or where it stands in the way, place what the LP places more
-   of, fill) in cycles of :data:`REPAIR_FROM` requests or more: at 20,000 x 10,000 (bench
-   seeds 8 and 13) that moves 2,400-2,800 requests instead of re-placing 15,000 and ends
-   0.09% / 0.49% below the bound; only when the repaired plan is still further than the
-   gap is the rounded LP made concrete from scratch.
+   the rounded LP is made concrete from scratch. (A repair of greedy's plan towards the
+   rounded LP, moving only the requests that differ, was tried and dropped: at 20,000 x
+   10,000 it cost as much as the full pass, 0.33-0.54 s against 0.39-0.43 s, ended
+   0.08-0.83% below the bound where the full pass ends within 0.01%, and where it fell
+   short of the gap the full pass ran after it anyway: bench seeds 1-20.)
 2. When the best plan so far is further than that below the LP bound (small cycles over
    few node groups, where flooring loses whole requests), CP-SAT searches the same model
    warm-started from that plan; the better plan and the lower bound are kept.
@@ -99,7 +98,7 @@ from gpu_pool.engine.greedy import (
     fit_key,
     group_codes,
 )
-from gpu_pool.engine.objective import VALUE_SCALE, RequestView, effective_milli, part_value
+from gpu_pool.engine.objective import VALUE_SCALE, RequestView, effective_milli
 from gpu_pool.engine.types import Placement, SolveStatus
 from gpu_pool.model import MILLI_PER_GPU, Policy, PriorityClass, Request
 
@@ -109,11 +108,6 @@ _BIG = 1 << 40
 # heartbeat in Python; the cycle keeps the greedy plan and says so in SolveStats.detail.
 MAX_PAIRS = 6000
 MAX_BLOCK_CUTS = 16  # block cuts for s = 2 .. this at most
-# From this many requests a short greedy plan is repaired before the rounded LP is made
-# concrete from scratch. The repair moves a sixth of the plan; below this size a full
-# pass is cheap, and on the bench's 5,000-request queues the repair fell short of the gap
-# as often as not (seeds 7, 9: 0.54%, 1.58%), so trying it first only added its cost.
-REPAIR_FROM = 10_000
 
 
 @dataclass(frozen=True)
@@ -201,8 +195,7 @@ def _fit_per_row(r: Request, st: FleetState, rows: np.ndarray) -> np.ndarray:
 def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
                   views: dict[str, RequestView], groups: dict[str, np.ndarray],
                   greedy: Sequence[Placement], policy: Policy,
-                  greedy_value: int | None = None,
-                  greedy_cycle: Cycle | None = None) -> SolverResult:
+                  greedy_value: int | None = None) -> SolverResult:
     st = start.state
     grp = node_groups(start)
     n_groups = len(grp.rep)
@@ -347,13 +340,6 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
             return SolverResult([], -1, None, SolveStatus.FEASIBLE, bound,
                                 f"{size}; LP {relaxed.objective:.0f}: greedy within "
                                 f"{policy.solver_relative_gap:.2%}")
-        if greedy_cycle is not None and greedy_value is not None and len(ordered) >= REPAIR_FROM:
-            # Greedy's plan moved to the LP's counts: only the requests that differ move.
-            repaired = _repaired(relaxed, bound, greedy_cycle, greedy, greedy_value, x, y,
-                                 type_list, bucket_members, grp, ordered, weights, views,
-                                 groups, size)
-            if repaired.value >= bound * close:
-                return repaired
         rounded = _rounded(relaxed, bound, start, x, y, type_list, bucket_members, grp,
                            ordered, weights, views, groups, greedy_value, size)
         if max(rounded.value, greedy_value if greedy_value is not None else -1) >= bound * close:
@@ -439,166 +425,6 @@ def _rounded(relaxed: lp.Relaxation, bound: float, start: Cycle, x: dict, y: dic
     if greedy_value is not None and value <= greedy_value:
         return SolverResult([], -1, None, SolveStatus.FEASIBLE, bound,
                             f"{detail} <= greedy")
-    return SolverResult(placements, value, cycle, SolveStatus.FEASIBLE, bound, detail)
-
-
-def _repaired(relaxed: lp.Relaxation, bound: float, greedy_cycle: Cycle,
-              greedy: Sequence[Placement], greedy_value: int, x: dict, y: dict,
-              type_list: list, bucket_members: dict, grp: _Groups,
-              ordered: Sequence[Request], weights: dict[str, int],
-              views: dict[str, RequestView], groups: dict[str, np.ndarray],
-              size: str) -> SolverResult:
-    """Greedy's plan moved to the LP optimum rounded down, instead of rebuilt from scratch.
-
-    The LP splits a type over equivalent node groups arbitrarily, so greedy's plan is not
-    compared group by group but by what differs in substance: (1) a type greedy placed
-    more of than the LP is cut to the LP's count, least valuable first, from the groups
-    where it holds more than the LP gives it first; (2) in a group the LP gives a type
-    greedy placed too few of, placements of types holding more than their share there
-    are undone until the GPU milli wanted there is free; (3) the short types' requests,
-    largest first, are placed in their groups first, then (4) the undone ones, then (5)
-    every request still pending is offered a greedy fill. A large cycle moves a few
-    hundred requests instead of re-placing fifteen thousand.
-    """
-    values = relaxed.values
-
-    def count(var: int) -> int:
-        return int(math.floor(values[var] + 1e-6))
-
-    allot = {key: n for key, var in x.items() if (n := count(var))}
-    allot_of: dict[int, list[int]] = defaultdict(list)  # per type, its groups
-    for (t, k) in allot:
-        allot_of[t].append(k)
-    type_of = {r.name: t for t, (_, reqs) in enumerate(type_list) for r in reqs}
-    bucket_of = {r.name: key for key, members in bucket_members.items() for r in members}
-    by_name = {r.name: r for r in ordered}
-    cycle = greedy_cycle.clone()
-    st = cycle.state
-    layout = st.layout
-    code_of = group_codes(layout)[grp.rep]
-    held: dict[tuple[int, int], int] = defaultdict(int)
-    parts_of: dict[str, list[tuple[int, int]]] = {}  # request -> (row, group) per part
-    placed_of: dict[int, int] = defaultdict(int)
-    for p in greedy:
-        t = type_of.get(p.request_name)
-        if t is None:  # placed before the model (a starving request held first)
-            continue
-        parts_of[p.request_name] = [(row, int(grp.group_of_row[row])) for row in
-                                    (layout.row_of[a.node] for a in p.assignments)]
-        placed_of[t] += 1
-        for _row, k in parts_of[p.request_name]:
-            held[(t, k)] += 1
-    want: dict[int, int] = defaultdict(int)  # requests of each type the LP places
-    for (t, _b), var in y.items():
-        want[t] += count(var)
-    kept = {p.request_name: p for p in greedy}
-    value = greedy_value
-    undone: list[Request] = []
-
-    def undo(p: Placement) -> None:
-        nonlocal value
-        name = p.request_name
-        t, r = type_of[name], by_name[name]
-        up_rows = [row for row, _ in parts_of[name] if st.up[row]]
-        whole_before = sum(int(st.whole_free[row]) for row in up_rows)
-        cycle.release(p.assignments)
-        if r.priority is not PriorityClass.CRITICAL and cycle.budget is not None:
-            cycle.budget += sum(int(st.whole_free[row]) for row in up_rows) - whole_before
-        g, view, w = groups[name], views[name], weights[name]
-        for row, k in parts_of[name]:
-            q = int(g[row])
-            if q >= 0:
-                cycle.remaining[q] += r.gpus * r.gpu_milli
-            held[(t, k)] -= 1
-            value -= part_value(w, r, int(view.penalty[row]))
-        placed_of[t] -= 1
-        del kept[name]
-        undone.append(r)
-
-    latest_first = list(reversed(greedy))  # greedy order: the least valuable last
-    # (1) surplus types
-    for over_only in (True, False):
-        for p in latest_first:
-            name = p.request_name
-            t = type_of.get(name)
-            if t is None or name not in kept or placed_of[t] <= want[t]:
-                continue
-            if over_only and not any(held[(t, k)] > allot.get((t, k), 0)
-                                     for _, k in parts_of[name]):
-                continue
-            undo(p)
-    # (2) room for the short types in the groups the LP gives them
-    short = {t for t in want if want[t] > placed_of[t]}
-    need: dict[int, int] = defaultdict(int)  # GPU milli wanted per group
-    for (t, k), n in allot.items():
-        if t in short and n > held[(t, k)]:
-            r0 = type_list[t][1][0]
-            need[k] += (n - held[(t, k)]) * max(r0.gpus * r0.gpu_milli, 1)
-    free_milli = {k: int(np.maximum(st.gpu_free[grp.members[k]], 0).sum()) for k in need}
-    for p in latest_first:
-        name = p.request_name
-        t = type_of.get(name)
-        if t is None or t in short or name not in kept:
-            continue
-        if not any(need.get(k, 0) > free_milli.get(k, 0) and held[(t, k)] > allot.get((t, k), 0)
-                   for _, k in parts_of[name]):
-            continue
-        r = by_name[name]
-        for _row, k in parts_of[name]:
-            if k in free_milli:
-                free_milli[k] += r.gpus * r.gpu_milli
-        undo(p)
-    # (3)-(5)
-    chooser = BestFitChooser(cycle) if fgd_off(cycle) else None
-    placements = list(kept.values())
-    added = 0
-
-    def book(r: Request, choice: Choice) -> None:
-        nonlocal value, added
-        placements.append(chooser.commit(r, choice) if chooser is not None
-                          else cycle.commit(r, choice))
-        kept[r.name] = placements[-1]
-        value += choice.value
-        added += 1
-
-    def place(r: Request) -> bool:
-        t = type_of[r.name]
-        room = {k: allot[(t, k)] - held[(t, k)] for k in allot_of[t]
-                if held[(t, k)] < allot[(t, k)]}
-        choice = _fit_in_groups(cycle, chooser, grp, code_of, r, weights[r.name],
-                                views[r.name], groups[r.name], room)
-        if choice is None:
-            return False
-        for row in choice.rows:
-            held[(t, int(grp.group_of_row[row]))] += 1
-        book(r, choice)
-        placed_of[t] += 1
-        return True
-
-    in_bucket: dict[tuple, int] = defaultdict(int)
-    for name in kept:
-        key = bucket_of.get(name)
-        if key is not None:
-            in_bucket[key] += 1
-    todo = []
-    for key, var in y.items():
-        missing = count(var) - in_bucket[key]
-        if missing > 0:
-            todo.extend([r for r in bucket_members[key] if r.name not in kept][:missing])
-    todo.sort(key=lambda r: (-r.nodes * r.gpus * r.gpu_milli, -weights[r.name]))
-    moved = len(undone)
-    for r in todo:
-        place(r)
-    for r in sorted(undone, key=lambda r: (-weights[r.name], -r.total_gpu_milli)):
-        if r.name not in kept and placed_of[type_of[r.name]] < want[type_of[r.name]]:
-            place(r)
-    _fill(cycle, chooser, ordered, kept, weights, views, groups, book)  # (5)
-    if chooser is not None:
-        chooser.sync()
-    detail = (f"{size}; LP {relaxed.objective:.0f}, greedy repaired {value} "
-              f"({moved} undone, {added} placed)")
-    if value <= greedy_value:
-        return SolverResult([], -1, None, SolveStatus.FEASIBLE, bound, f"{detail} <= greedy")
     return SolverResult(placements, value, cycle, SolveStatus.FEASIBLE, bound, detail)
 
 

@@ -14,9 +14,8 @@ Steps of :func:`plan_on_state`:
 5. a model on another copy: the exact per-GPU CP-SAT model (:mod:`gpu_pool.engine.exact`)
    when the cycle is small, else the class model (:mod:`gpu_pool.engine.cpsat`): its LP
    relaxation bounds every plan, and greedy within ``policy.solver_relative_gap`` of the
-   bound stands; else greedy's plan repaired towards the LP rounded down, else the
-   rounded LP made concrete, then CP-SAT if still short; a plan is kept only when it is
-   worth strictly more than greedy's;
+   bound stands; else the LP rounded down made concrete, then CP-SAT if still short; a
+   plan is kept only when it is worth strictly more than greedy's;
 6. critical requests still pending may preempt preemptible allocations
    (:mod:`gpu_pool.engine.preempt`);
 7. a reason for every request left pending (:mod:`gpu_pool.engine.reasons`).
@@ -183,7 +182,7 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
                                        policy, cand)
         else:
             result = cpsat.solve_classes(start, ordered, weights, views, groups, placements,
-                                         policy, greedy_value, work)
+                                         policy, greedy_value)
         upper = result.upper_bound
         improved = result.value > greedy_value and result.cycle is not None
         if improved:
