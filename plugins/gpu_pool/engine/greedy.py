@@ -31,12 +31,13 @@ import bisect
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from gpu_pool.engine.capacity import FleetLayout, FleetState
 from gpu_pool.engine.fragmentation import FleetFragmentation, WorkloadMix
-from gpu_pool.engine.objective import RequestView, part_value
+from gpu_pool.engine.objective import VALUE_SCALE, RequestView, effective_milli, part_value
 from gpu_pool.engine.quota import UNLIMITED
 from gpu_pool.engine.types import NodeAssignment, Placement
 from gpu_pool.model import MILLI_PER_GPU, PriorityClass, Request
@@ -150,8 +151,10 @@ class Cycle:
                          transfer_seconds=choice.transfer_seconds)
 
 
-@dataclass(frozen=True)
-class Choice:
+class Choice(NamedTuple):
+    """Where a request would go: its rows and columns, the quota group of each part, its
+    value and data move. A named tuple: a large cycle builds one per decision."""
+
     rows: tuple[int, ...]
     cols: tuple[tuple[int, ...], ...]
     groups: tuple[int, ...]
@@ -463,10 +466,10 @@ class BestFitChooser:
         self.members = members
         self.rep = {c: lst[0][1] for c, lst in members.items()}
         self.levels: dict[tuple, list[list[tuple[int, int]]]] = {}  # see _levels
-        self.dead: dict[tuple, set[int]] = {}
-        # Per fit key, the codes of groups with no row left that fits it (every row of
-        # enough free milli is dead): never scanned again this pass.
-        self.exhausted: dict[tuple, set[int]] = {}
+        # Per fit key (see _spec): the rows seen not to fit it, the codes of groups with no
+        # row left that fits it (every row of enough free milli is dead: never scanned
+        # again this pass), its penalty levels and shape.
+        self.specs: dict[tuple, tuple] = {}
         # Per (view, quota groups, code): what a part on any row of the group is worth
         # to a request of that view: (penalty, quota group, cross zone, transfer seconds).
         self.facts: dict[tuple, tuple[int, int, bool, float]] = {}
@@ -500,20 +503,35 @@ class BestFitChooser:
             raise ValueError(f"{request.name}: two parts on one node")
         parts = []
         whole_taken = 0
+        free_sum, members, code_of, index_of = (self.free_sum, self.members, self.code_of,
+                                                self.index)
+        cpu_part, mem_part = request.cpu_milli, request.memory_mib
         for row, cols, name, gpus, cpu, mem in after:
             whole = gpus.count(MILLI_PER_GPU)
             whole_taken += self.whole[row] - whole
             self.gpu[row], self.whole[row], self.cpu[row], self.mem[row] = gpus, whole, cpu, mem
             # Columns hold 0..1000 after the checks above: the node's free milli drops by
-            # exactly what the part took.
-            self._resort(row, self.free_sum[row] - milli * len(cols))
+            # exactly what the part took; the row moves to its new place in its group.
+            was = free_sum[row]
+            now = free_sum[row] = was - milli * len(cols)
+            lst = members.get(code_of[row])
+            if lst is not None and now != was:
+                del lst[bisect.bisect_left(lst, (was, row))]
+                bisect.insort(lst, (now, row))
             self.dirty.add(row)
-            index = self.index.get(row)
+            index = index_of.get(row)
             if index is None:
-                index = self.index[row] = layout.gpu_index[row].tolist()
+                index = index_of[row] = layout.gpu_index[row].tolist()
             parts.append(NodeAssignment(name, tuple([index[c] for c in cols]), milli,
-                                        request.cpu_milli, request.memory_mib))
-        cycle.charge(request, choice, whole_taken)
+                                        cpu_part, mem_part))
+        # Cycle.charge, inline
+        if request.priority is not PriorityClass.CRITICAL:
+            cycle.budget -= whole_taken  # type: ignore[operator]
+        part = request.gpus * request.gpu_milli
+        remaining = cycle.remaining
+        for g in choice.groups:
+            if g >= 0:
+                remaining[g] -= part
         return Placement(request.name, tuple(parts), choice.cross_zone, choice.transfer_seconds)
 
     def sync(self) -> None:
@@ -528,13 +546,6 @@ class BestFitChooser:
         st.cpu_free[idx] = [self.cpu[r] for r in rows]
         st.mem_free[idx] = [self.mem[r] for r in rows]
         st._touched(rows)
-
-    def _resort(self, row: int, free: int) -> None:
-        lst = self.members.get(self.code_of[row])
-        if lst is not None and free != self.free_sum[row]:
-            del lst[bisect.bisect_left(lst, (self.free_sum[row], row))]
-            bisect.insort(lst, (free, row))
-        self.free_sum[row] = free
 
     def _levels(self, view: RequestView, groups: np.ndarray
                 ) -> list[list[tuple[int, int]]]:
@@ -551,6 +562,15 @@ class BestFitChooser:
             levels = self.levels[key] = [by_pen[p] for p in sorted(by_pen)]
         return levels
 
+    def _spec(self, request: Request, view: RequestView, groups: np.ndarray) -> tuple:
+        """What every request of one fit key shares, read once per key: its dead rows and
+        exhausted groups, its penalty levels and its shape."""
+        gpus = request.gpus
+        return (set(), set(), self._levels(view, groups), gpus, request.gpu_milli,
+                request.cpu_milli, request.memory_mib, request.nodes, request.is_share,
+                gpus * request.gpu_milli, request.priority is PriorityClass.CRITICAL,
+                effective_milli(request))
+
     def fit(self, request: Request, weight: int, view: RequestView,
             groups: np.ndarray, key: tuple | None = None,
             only: set[int] | None = None,
@@ -558,31 +578,32 @@ class BestFitChooser:
         """:func:`fit`; ``key``: the request's :func:`fit_key` when the caller has it;
         ``only``: the node-group codes (:func:`group_codes`) its parts may take; ``caps``:
         the most parts of a gang per code."""
-        cycle = self.cycle
-        if request.gpus > cycle.max_block(request):
-            return None
-        critical = request.priority is PriorityClass.CRITICAL
-        if (cycle.headroom and not critical and request.gpus and not request.is_share
-                and request.gpus * request.nodes > (cycle.budget or 0)):
-            return None
-        share = request.is_share
-        guard = share and bool(cycle.headroom and not critical and (cycle.budget or 0) < 1)
-        part = request.gpus * request.gpu_milli
         key = key or fit_key(request, view, groups)
-        dead = self.dead.setdefault(key, set())
-        exhausted = self.exhausted.setdefault(key, set())
-        cpu, mem, gpus, milli = (request.cpu_milli, request.memory_mib, request.gpus,
-                                 request.gpu_milli)
+        spec = self.specs.get(key)
+        if spec is None:
+            spec = self.specs[key] = self._spec(request, view, groups)
+        dead, exhausted, levels, gpus, milli, cpu, mem, k, share, part, critical, eff = spec
+        cycle = self.cycle
+        blocks = cycle._blocks
+        if blocks is None:
+            cycle.max_block(request)
+            blocks = cycle._blocks
+        if gpus > ((1 if blocks[1] >= milli else 0) if share else blocks[0] if gpus else 0):
+            return None  # Cycle.max_block, inline
+        headroom = cycle.headroom
+        if (headroom and not critical and gpus and not share
+                and gpus * k > (cycle.budget or 0)):
+            return None
+        guard = share and bool(headroom and not critical and (cycle.budget or 0) < 1)
         remaining = cycle.remaining
         quota = len(remaining) > 0
         cpu_free, mem_free, whole, gpu = self.cpu, self.mem, self.whole, self.gpu
         members = self.members
         low = (part if gpus else 0, -1)
-        k = request.nodes
         chosen: list[tuple[int, int]] = []  # a gang's parts so far, best first
         used: dict[int, int] = {}  # quota milli a gang's chosen parts take per quota group
         best_code = -1
-        for level in self._levels(view, groups):
+        for level in levels:
             best: tuple[int, int] | None = None
             found: list[tuple[tuple[int, int], int, int]] = []  # gang: (entry, code, quota)
             for c, g in level:
@@ -621,7 +642,26 @@ class BestFitChooser:
                     if not taken:  # scanned to the end: no row of the group fits any more
                         exhausted.add(c)
             if k == 1 and best is not None:
-                return self._choice(request, weight, view, groups, [best[1]], best_code)
+                # One part on a row of group ``best_code``: the group's facts serve.
+                row = best[1]
+                free = gpu[row]
+                if share:
+                    cols: tuple[int, ...] = (tightest_column(free, milli),)
+                elif gpus == 1:
+                    cols = (free.index(MILLI_PER_GPU),)  # the lowest fully free column
+                elif gpus:
+                    cols = whole_columns(free, gpus)
+                else:
+                    cols = ()
+                fkey = (id(view), id(groups), best_code)
+                facts = self.facts.get(fkey)
+                if facts is None:
+                    facts = self.facts[fkey] = (int(view.penalty[row]), int(groups[row]),
+                                                bool(view.cross_zone[row]),
+                                                float(view.transfer[row]))
+                penalty, g, cross, transfer = facts
+                return Choice((row,), (cols,), (g,), eff * (VALUE_SCALE * weight - penalty),
+                              cross, transfer)
             for entry, c, g in sorted(found):
                 if g >= 0 and part and remaining[g] - used.get(g, 0) < part:
                     continue
@@ -633,37 +673,26 @@ class BestFitChooser:
                 if g >= 0:
                     used[g] = used.get(g, 0) + part
                 if len(chosen) == k:
-                    return self._choice(request, weight, view, groups, [e[1] for e in chosen])
+                    return self._gang_choice(request, weight, view, groups,
+                                             [e[1] for e in chosen])
         if only is None:  # an unrestricted search failed: the bound let it through, tighten
             cycle._blocks = None
         return None
 
-    def _choice(self, request: Request, weight: int, view: RequestView, groups: np.ndarray,
-                rows: list[int], code: int = -1) -> Choice:
+    def _gang_choice(self, request: Request, weight: int, view: RequestView,
+                     groups: np.ndarray, rows: list[int]) -> Choice:
+        gpus = request.gpus
         cols: list[tuple[int, ...]] = []
         for row in rows:
             free = self.gpu[row]
             if request.is_share:
                 cols.append((tightest_column(free, request.gpu_milli),))
-            elif request.gpus == 1:
-                cols.append((free.index(MILLI_PER_GPU),))  # the lowest fully free column
-            elif request.gpus:
-                cols.append(whole_columns(free, request.gpus))
+            elif gpus:
+                cols.append(whole_columns(free, gpus))
             else:
                 cols.append(())
-        if code < 0:
-            return _make_choice(self.cycle.state, request, weight, view, groups, tuple(rows),
-                                None, tuple(cols))
-        # One part on a row of group ``code``: every row of the group has the same facts.
-        fkey = (id(view), id(groups), code)
-        facts = self.facts.get(fkey)
-        if facts is None:
-            r = rows[0]
-            facts = self.facts[fkey] = (int(view.penalty[r]), int(groups[r]),
-                                        bool(view.cross_zone[r]), float(view.transfer[r]))
-        penalty, g, cross, transfer = facts
-        return Choice((rows[0],), (cols[0],), (g,), part_value(weight, request, penalty),
-                      cross, transfer)
+        return _make_choice(self.cycle.state, request, weight, view, groups, tuple(rows),
+                            None, tuple(cols))
 
 
 def group_codes(layout: FleetLayout) -> np.ndarray:
