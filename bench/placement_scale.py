@@ -1,6 +1,7 @@
 """One placement cycle of the engine on synthetic fleets, from 100 x 50 to 20,000 x 10,000.
 
-Run: ``.venv/bin/python bench/placement_scale.py [--sizes 100x50,1000x500] [--seed 7]``.
+Run: ``.venv/bin/python bench/placement_scale.py [--sizes 100x50,1000x500] [--seed 7]
+[--seeds 1-20]``.
 
 Each fleet mixes five GPU models (A100, H100, L40S, T4, V100) over three zones, with 1/2/4/8
 GPUs per node, about a third of its GPUs already held by active allocations (whole and
@@ -15,6 +16,12 @@ model's LP optimum, or CP-SAT's bound when lower: of a relaxation, hence of the 
 the plan's gap to it, and the machine it ran on. The queue has waited up to 12 hours, so
 the starvation guard places its most urgent request first: objective and bound are of the
 cycle that leaves.
+
+``--seeds A-B`` adds, per size, the spread of ``plan`` over those seeds' queues and fleets
+(median and worst wall time, worst gap, how many kept greedy's plan, how many ended below
+it: must be none). The machine line carries a reference figure, the time of a plain
+5,000,000-step Python loop, at the start and the end: this 2-core machine's speed varies by
+half from hour to hour, and wall times scale with that figure.
 """
 
 from __future__ import annotations
@@ -106,15 +113,63 @@ def synthetic_snapshot(pending: int, nodes: int, seed: int) -> Snapshot:
     return Snapshot(tuple(fleet), tuple(allocations), tuple(requests), quotas, Policy(), NOW)
 
 
+def reference_loop() -> float:
+    """Seconds of a plain 5,000,000-step Python loop: the machine's speed right now."""
+    t = time.perf_counter()
+    total = 0
+    for i in range(5_000_000):
+        total += i
+    return time.perf_counter() - t
+
+
+def seed_range(text: str) -> list[int]:
+    try:
+        low, _, high = text.partition("-")
+        seeds = list(range(int(low), int(high or low) + 1))
+    except ValueError:
+        seeds = []
+    if not seeds:
+        raise argparse.ArgumentTypeError(
+            f"--seeds: {text!r} is not a range of seeds; give A-B with A <= B, e.g. 1-20")
+    return seeds
+
+
+def spread(pending: int, nodes: int, seeds: list[int]) -> tuple[str, bool]:
+    """One line: ``plan`` over the queues and fleets of ``seeds``; and whether any plan
+    ended below its greedy plan."""
+    walls: list[tuple[float, int]] = []
+    gaps: list[float] = []
+    kept = below = 0
+    for seed in seeds:
+        snap = synthetic_snapshot(pending, nodes, seed)
+        t = time.perf_counter()
+        st = plan(snap).stats
+        walls.append((time.perf_counter() - t, seed))
+        if st.upper_bound:
+            gaps.append(100 * (st.upper_bound - st.objective) / st.upper_bound)
+        kept += st.status.value == "greedy"
+        below += st.objective < st.greedy_objective
+    walls.sort()
+    median = walls[len(walls) // 2][0] if len(walls) % 2 else (
+        walls[len(walls) // 2 - 1][0] + walls[len(walls) // 2][0]) / 2
+    worst, worst_seed = walls[-1]
+    gap = f"{max(gaps):.3f}" if gaps else "-"
+    return (f"{pending:>7} x {nodes:<6} {len(seeds):>5} {median:>11.3f} {worst:>9.3f} "
+            f"({worst_seed:>3}) {gap:>9} {kept:>11} {below:>12}"), below > 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=",".join(f"{p}x{n}" for p, n in SIZES))
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--seeds", type=seed_range, default=None,
+                        help="also the spread over these seeds, e.g. 1-20")
     args = parser.parse_args(argv)
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}, OR-Tools {ortools.__version__}, load average "
-          f"{os.getloadavg()[0]:.1f} at start (shared machine: wall times scale with it)")
+          f"{os.getloadavg()[0]:.1f} at start (shared machine: wall times scale with it); "
+          f"reference loop {reference_loop():.3f} s")
     print(f"policy: solver_time_limit_s={Policy().solver_time_limit_s}, "
           f"workers={Policy().solver_workers}, seed={Policy().solver_seed}")
     head = (f"{'pending x nodes':>16} {'wall s':>7} {'greedy s':>8} {'status':>8} "
@@ -141,6 +196,22 @@ def main(argv: list[str] | None = None) -> int:
         if st.objective < st.greedy_objective:
             print("  ERROR: plan below greedy", file=sys.stderr)
             return 1
+    if args.seeds:
+        head = (f"{'pending x nodes':>16} {'seeds':>5} {'median s':>11} {'worst s':>9} "
+                f"{'(seed)':>5} {'max gap %':>9} {'kept greedy':>11} {'below greedy':>12}")
+        print(f"\nspread of plan over seeds {args.seeds[0]}-{args.seeds[-1]}:")
+        print(head)
+        print("-" * len(head))
+        failed = False
+        for pending, nodes in sizes:
+            line, bad = spread(pending, nodes, args.seeds)
+            print(line, flush=True)
+            failed = failed or bad
+        if failed:
+            print("  ERROR: a plan below greedy", file=sys.stderr)
+            return 1
+    print(f"reference loop {reference_loop():.3f} s at the end; load average "
+          f"{os.getloadavg()[0]:.1f}")
     return 0
 
 

@@ -348,11 +348,12 @@ class Policy:
     budget_alert_pcts: tuple[int, ...] = (80, 90, 100)
     gpu_models: tuple[GpuModelInfo, ...] = DEFAULT_GPU_MODELS
     solver_time_limit_s: float = 0.2
-    # CP-SAT subsolvers, interleaved deterministically (not threads racing): more of them
-    # diversify the search within the same deterministic time. Measured with
-    # bench/placement_scale.py seeds 7-13 at 100 x 50: 2 left plans up to 1.35% below the
-    # bound, 8 at most 0.66%, in the same wall time.
-    solver_workers: int = 8
+    # CP-SAT workers: 1 runs its default search in one thread; more are subsolvers
+    # interleaved deterministically (not threads racing). On the class model one search
+    # does best: bench/placement_scale.py seeds 1-20 at 100 x 50, the nine cycles that
+    # needed CP-SAT all ended proven optimal with 1 (plan 0.08-0.16 s), where 8 interleaved
+    # ended up to 1.81% below the bound at the 0.4 s wall cap, and 2 up to 1.35%.
+    solver_workers: int = 1
     solver_seed: int = 0
     # A cycle stops improving its plan once the plan is proven within this share of the
     # optimum (the relaxation's bound), as a MIP solver's relative gap: 0.005 = 0.5%.
