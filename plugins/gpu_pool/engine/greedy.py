@@ -524,14 +524,7 @@ class BestFitChooser:
                 index = index_of[row] = layout.gpu_index[row].tolist()
             parts.append(NodeAssignment(name, tuple([index[c] for c in cols]), milli,
                                         cpu_part, mem_part))
-        # Cycle.charge, inline
-        if request.priority is not PriorityClass.CRITICAL:
-            cycle.budget -= whole_taken  # type: ignore[operator]
-        part = request.gpus * request.gpu_milli
-        remaining = cycle.remaining
-        for g in choice.groups:
-            if g >= 0:
-                remaining[g] -= part
+        cycle.charge(request, choice, whole_taken)
         return Placement(request.name, tuple(parts), choice.cross_zone, choice.transfer_seconds)
 
     def sync(self) -> None:
@@ -584,12 +577,8 @@ class BestFitChooser:
             spec = self.specs[key] = self._spec(request, view, groups)
         dead, exhausted, levels, gpus, milli, cpu, mem, k, share, part, critical, eff = spec
         cycle = self.cycle
-        blocks = cycle._blocks
-        if blocks is None:
-            cycle.max_block(request)
-            blocks = cycle._blocks
-        if gpus > ((1 if blocks[1] >= milli else 0) if share else blocks[0] if gpus else 0):
-            return None  # Cycle.max_block, inline
+        if gpus > cycle.max_block(request):
+            return None
         headroom = cycle.headroom
         if (headroom and not critical and gpus and not share
                 and gpus * k > (cycle.budget or 0)):
