@@ -166,7 +166,7 @@ def test_twelve_mixed_gpu_tasks_on_a_six_gpu_fleet(e2e: E2E) -> None:
         assert ledger[names[task_id]].node == probe.node
         assert probe.end is not None, f"{task_id} did not finish on the node"
         # What the command wrote to $GPU_POOL_METRICS_FILE went through XCom to the ledger.
-        assert ledger[names[task_id]].metrics.get("probe_seconds") == 10.0, task_id
+        assert ledger[names[task_id]].metrics.get("probe_seconds") == 20.0, task_id
     sizes = {"big_a100": 4, "pair_1": 2, "pair_2": 2, "pair_3": 2, "one_1": 1, "critical": 1}
     for task_id, size in sizes.items():
         assert len(probes[task_id].cuda) == size
@@ -183,6 +183,7 @@ def test_twelve_mixed_gpu_tasks_on_a_six_gpu_fleet(e2e: E2E) -> None:
         assert placed["critical"] <= placed[task_id], task_id
     # Some GPU tasks sat in QUEUED (submitted, not placed) past task_queued_timeout ...
     longest_wait = max(placed[t] - submitted[t] for t in gpu_tasks)
+    print(f"longest wait from submitted to placed: {longest_wait:.1f} s")
     assert longest_wait > QUEUED_TIMEOUT_S + 3, f"no GPU task waited past the timeout ({longest_wait})"
     # ... and the stuck-in-queued check never requeued or failed one of them.
     assert_never_requeued(e2e, "e2e_fleet")

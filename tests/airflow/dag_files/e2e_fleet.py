@@ -27,7 +27,7 @@ SIZES = {
     "half_1": {"gpu_share": 500, "priority": "normal"},
     "half_2": {"gpu_share": 500, "priority": "low"},
 }
-SECONDS = 10  # long enough that the backlog outlasts task_queued_timeout on a fast machine
+SECONDS = 20  # the backlog must outlast task_queued_timeout (60 s); 10 s was 55 s on a fast day
 
 
 @dag(schedule="@once", start_date=datetime(2026, 1, 1), catchup=False, max_active_tasks=64,
