@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpu_pool.engine.compat import node_gpu_memory
 from gpu_pool.engine.fragmentation import FleetFragmentation, WorkloadMix
 from gpu_pool.engine.types import NodeAssignment, Placement, Snapshot
 from gpu_pool.model import MILLI_PER_GPU, Allocation, Node
@@ -106,8 +107,8 @@ class FleetState:
             free_rows.append([MILLI_PER_GPU if g.healthy else _NO_GPU for g in gpus]
                              + pad[len(gpus):])
             columns.append({i: j for j, i in enumerate(index)})
-            models.append(gpus[0].model if gpus else None)
-            memory.append(min(g.memory_mib for g in gpus) if gpus else 0)
+            models.append(node.gpu_model)
+            memory.append(node_gpu_memory(node))
         gpu_index = np.array(index_rows, dtype=np.int64).reshape(n, max(width, 1))
         gpu_free = np.array(free_rows, dtype=np.int64).reshape(n, max(width, 1))
         names = tuple(x.name for x in nodes)
