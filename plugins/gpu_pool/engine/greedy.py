@@ -410,6 +410,16 @@ def whole_columns(free: list[int], gpus: int) -> tuple[int, ...]:
     return tuple([j for j, v in enumerate(free) if v == MILLI_PER_GPU][:gpus])
 
 
+def part_columns(free: list[int], gpus: int, milli: int, share: bool) -> tuple[int, ...]:
+    """The columns of a node's free milli one part takes: a share the tightest GPU that
+    holds it, whole GPUs the lowest fully free ones, a CPU-only part none."""
+    if share:
+        return (tightest_column(free, milli),)
+    if gpus == 1:
+        return (free.index(MILLI_PER_GPU),)  # the lowest fully free column
+    return whole_columns(free, gpus) if gpus else ()
+
+
 def tightest_column(free: list[int], milli: int) -> int:
     """The column of a node's free milli with the least free at least ``milli`` (the
     lowest such column on ties): where a share goes."""
@@ -633,15 +643,7 @@ class BestFitChooser:
             if k == 1 and best is not None:
                 # One part on a row of group ``best_code``: the group's facts serve.
                 row = best[1]
-                free = gpu[row]
-                if share:
-                    cols: tuple[int, ...] = (tightest_column(free, milli),)
-                elif gpus == 1:
-                    cols = (free.index(MILLI_PER_GPU),)  # the lowest fully free column
-                elif gpus:
-                    cols = whole_columns(free, gpus)
-                else:
-                    cols = ()
+                cols = part_columns(gpu[row], gpus, milli, share)
                 fkey = (id(view), id(groups), best_code)
                 facts = self.facts.get(fkey)
                 if facts is None:
@@ -670,18 +672,10 @@ class BestFitChooser:
 
     def _gang_choice(self, request: Request, weight: int, view: RequestView,
                      groups: np.ndarray, rows: list[int]) -> Choice:
-        gpus = request.gpus
-        cols: list[tuple[int, ...]] = []
-        for row in rows:
-            free = self.gpu[row]
-            if request.is_share:
-                cols.append((tightest_column(free, request.gpu_milli),))
-            elif gpus:
-                cols.append(whole_columns(free, gpus))
-            else:
-                cols.append(())
+        cols = tuple(part_columns(self.gpu[row], request.gpus, request.gpu_milli,
+                                  request.is_share) for row in rows)
         return _make_choice(self.cycle.state, request, weight, view, groups, tuple(rows),
-                            None, tuple(cols))
+                            None, cols)
 
 
 def group_codes(layout: FleetLayout) -> np.ndarray:
