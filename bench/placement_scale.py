@@ -20,8 +20,9 @@ cycle that leaves.
 ``--seeds A-B`` adds, per size, the spread of ``plan`` over those seeds' queues and fleets
 (median and worst wall time, worst gap, how many kept greedy's plan, how many ended below
 it: must be none). The machine line carries a reference figure, the time of a plain
-5,000,000-step Python loop, at the start and the end: this 2-core machine's speed varies by
-half from hour to hour, and wall times scale with that figure.
+5,000,000-step Python loop, at the start and the end: this shared 2-core machine's speed varies
+from day to day (a plain loop took 1.7-2.2 times as long on 2026-12-02 as on 2026-12-03),
+and wall times scale with that figure.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import argparse
 import os
 import platform
 import random
+import statistics
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -41,6 +43,7 @@ import ortools  # noqa: E402
 
 from gpu_pool.engine import greedy_plan, plan  # noqa: E402
 from gpu_pool.engine.types import Snapshot  # noqa: E402
+from gpu_pool.errors import SpecError  # noqa: E402
 from gpu_pool.model import (  # noqa: E402
     Allocation,
     Dataset,
@@ -52,6 +55,7 @@ from gpu_pool.model import (  # noqa: E402
     Quota,
     Request,
 )
+from gpu_pool.sim.runner import parse_seeds  # noqa: E402
 
 NOW = datetime(2026, 12, 1, 14, 0, tzinfo=UTC)  # peak hours: no off-peak lending
 MODELS = {"A100": 80, "H100": 80, "L40S": 48, "T4": 16, "V100": 32}
@@ -123,15 +127,11 @@ def reference_loop() -> float:
 
 
 def seed_range(text: str) -> list[int]:
+    """``--seeds``: as the simulator reads seeds (``1-20``, ``1,5,9``)."""
     try:
-        low, _, high = text.partition("-")
-        seeds = list(range(int(low), int(high or low) + 1))
-    except ValueError:
-        seeds = []
-    if not seeds:
-        raise argparse.ArgumentTypeError(
-            f"--seeds: {text!r} is not a range of seeds; give A-B with A <= B, e.g. 1-20")
-    return seeds
+        return list(parse_seeds(text))
+    except SpecError as e:
+        raise argparse.ArgumentTypeError(e.message) from None
 
 
 def spread(pending: int, nodes: int, seeds: list[int]) -> tuple[str, bool]:
@@ -149,10 +149,8 @@ def spread(pending: int, nodes: int, seeds: list[int]) -> tuple[str, bool]:
             gaps.append(100 * (st.upper_bound - st.objective) / st.upper_bound)
         kept += st.status.value == "greedy"
         below += st.objective < st.greedy_objective
-    walls.sort()
-    median = walls[len(walls) // 2][0] if len(walls) % 2 else (
-        walls[len(walls) // 2 - 1][0] + walls[len(walls) // 2][0]) / 2
-    worst, worst_seed = walls[-1]
+    median = statistics.median(w for w, _ in walls)
+    worst, worst_seed = max(walls)
     gap = f"{max(gaps):.3f}" if gaps else "-"
     return (f"{pending:>7} x {nodes:<6} {len(seeds):>5} {median:>11.3f} {worst:>9.3f} "
             f"({worst_seed:>3}) {gap:>9} {kept:>11} {below:>12}"), below > 0
@@ -199,7 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds:
         head = (f"{'pending x nodes':>16} {'seeds':>5} {'median s':>11} {'worst s':>9} "
                 f"{'(seed)':>5} {'max gap %':>9} {'kept greedy':>11} {'below greedy':>12}")
-        print(f"\nspread of plan over seeds {args.seeds[0]}-{args.seeds[-1]}:")
+        seeds = args.seeds
+        named = (f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1))
+                 else ",".join(map(str, seeds)))
+        print(f"\nspread of plan over seeds {named}:")
         print(head)
         print("-" * len(head))
         failed = False
