@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import signal
 import socket
@@ -189,10 +190,12 @@ class GpuPoolExecutor(BaseExecutor):
             return
         self.last_cycle_seconds = report.seconds
         if report.planned:
-            self.log.info(
-                "gpu-pool cycle: placed %d, pending %d, dropped %d (%s, %.3fs)",
-                len(report.placed), len(report.pending), len(report.dropped),
-                report.detail, report.seconds,
+            # One line a heartbeat would drown the scheduler's log: info only for a change.
+            self.log.log(
+                logging.INFO if report.changed else logging.DEBUG,
+                "gpu-pool cycle: placed %d, preempted %d, pending %d, dropped %d (%s, %.3fs)",
+                len(report.placed), len(report.preempted), len(report.pending),
+                len(report.dropped), report.detail, report.seconds,
             )
         for binding in report.bindings[: max(0, open_slots)]:
             key = held.get(binding.request_name)

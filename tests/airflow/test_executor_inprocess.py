@@ -179,3 +179,35 @@ def test_a_deferred_task_due_to_resume_gets_a_slot_past_a_full_backlog(
     executor._watched.clear()  # started again here (``_start`` drops it from the watch)
     executor._reap()
     assert executor.slots_available == 0  # nothing watched: nothing owed
+
+
+def test_a_cycle_logs_at_info_only_when_it_changed_something(executor: Any) -> None:
+    import logging
+
+    import structlog
+    from structlog.testing import capture_logs
+
+    executor.cycle.idle_replan_s = 0.0  # plan every heartbeat, as a busy scheduler does
+    for task_id in ("first", "second"):  # two 2-GPU tasks on a 2-GPU node: one must wait
+        wl = _workload(task_id, {"team": "nlp", "gpus": 2})
+        executor.queued_tasks[wl.ti.key] = wl
+
+    def cycle_lines(logs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        return [(e["log_level"], e["event"].split(" (")[0]) for e in logs
+                if str(e["event"]).startswith("gpu-pool cycle")]
+
+    def debug_logger() -> Any:  # Airflow's own logger filters debug before any capture
+        return structlog.wrap_logger(
+            None, wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+
+    with capture_logs() as logs:
+        executor._log = debug_logger()
+        executor.trigger_tasks(open_slots=0)  # places one (not started: no open slot)
+    assert cycle_lines(logs) == [
+        ("info", "gpu-pool cycle: placed 1, preempted 0, pending 1, dropped 0")]
+    with capture_logs() as logs:
+        executor._log = debug_logger()
+        for _ in range(3):  # nothing changes: the same cycle, at debug only
+            executor.trigger_tasks(open_slots=0)
+    assert cycle_lines(logs) == [
+        ("debug", "gpu-pool cycle: placed 0, preempted 0, pending 1, dropped 0")] * 3

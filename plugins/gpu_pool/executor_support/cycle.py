@@ -59,11 +59,17 @@ class CycleReport:
 
     planned: bool
     placed: tuple[str, ...] = ()
+    preempted: tuple[str, ...] = ()  # allocation ids the plan ended
     dropped: tuple[str, ...] = ()
     pending: tuple[PendingReason, ...] = ()
     bindings: tuple[Binding, ...] = ()
     seconds: float = 0.0
     detail: str = ""
+
+    @property
+    def changed(self) -> bool:
+        """Whether the cycle changed any allocation (or tried to and lost a race)."""
+        return bool(self.placed or self.preempted or self.dropped)
 
 
 @dataclass
@@ -123,8 +129,10 @@ class PlacementCycle:
         result = self.store.apply_plan(plan, now, self.actor, policy=self.policy)
         placed = tuple(_names(getattr(result, "applied", None), plan))
         dropped = tuple(_names(getattr(result, "dropped", ()), None))
+        preempted = tuple(getattr(result, "preempted", ()) or ())
         return CycleReport(
-            planned=True, placed=placed, dropped=dropped, pending=plan.pending,
+            planned=True, placed=placed, preempted=preempted, dropped=dropped,
+            pending=plan.pending,
             detail=f"{plan.stats.status} in {plan.stats.wall_seconds:.3f}s",
         )
 
