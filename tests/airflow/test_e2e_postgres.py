@@ -26,7 +26,7 @@ PG = "postgresql+psycopg2://postgres@127.0.0.1:5432/{}"
 
 
 def _database(name: str, create: bool) -> None:
-    psycopg2 = pytest.importorskip("psycopg2")
+    import psycopg2  # a dependency of gpu-pool itself
     conn = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="postgres")
     conn.autocommit = True
     with conn.cursor() as cur:

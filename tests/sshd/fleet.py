@@ -133,7 +133,8 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 1
 def start_fleet(root: Path, specs: Sequence[tuple[str, str, int]]) -> Iterator[Fleet]:
     """Start one sshd per ``(name, model, gpu count)``; stop them all on exit."""
     if not os.path.exists(SSHD):
-        raise RuntimeError("sshd not found: install the openssh-server package")
+        raise RuntimeError("sshd not found on PATH or in /usr/sbin: sudo apt-get install -y "
+                           "openssh-server (tests/prereqs.sh does it for make test)")
     if os.geteuid() == 0:  # sshd run as root wants its privilege-separation directory
         Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
     root.mkdir(parents=True, exist_ok=True)

@@ -25,16 +25,17 @@ from gpu_pool.model import NodeState
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM = Path(shutil.which("chromium") or "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 @pytest.fixture(scope="module")
 def browser_page(tmp_path_factory: pytest.TempPathFactory):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not CHROMIUM.exists():
-        pytest.fail("Debian's chromium is not installed: apt-get install -y chromium")
+    from playwright import sync_api  # a test dependency: missing means a broken install
+
+    if not CHROMIUM.exists():  # tests/prereqs.sh installs it before `make test` runs pytest
+        pytest.fail("Debian's chromium is not installed: sudo apt-get install -y chromium")
     profile = tmp_path_factory.mktemp("chromium-profile")
     with sync_api.sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
