@@ -61,10 +61,19 @@ CASES = [
     ("gang", [A100_3, make_node("e", "A100", 4)], [make_request("x", 4, nodes=2)], (),
      Policy(), (BUSY,), ReasonCode.WAITING_FOR_CAPACITY,
      "needs 2 nodes each with 4 free GPUs (2 nodes x 4 any-model GPUs); 1 have them free"),
-    ("outranked", [A100_3],
+    # Judged on the capacity the plan leaves, not on what was free before it: the next
+    # cycle starts from there and must say the same.
+    ("capacity after the plan", [A100_3],
      [make_request("x", 4, priority=PriorityClass.LOW),
       make_request("y", 2, priority=PriorityClass.HIGH)], (), Policy(), (),
-     ReasonCode.OUTRANKED, "outranked: the capacity it fits in went to requests ranked ahead of it"),
+     ReasonCode.WAITING_FOR_CAPACITY, "needs 4 any-model GPUs on one node; largest free block "
+                                      "is 2"),
+    ("outranked", [A100_3],
+     [make_request(n, 4, waited=timedelta(minutes=m)) for n, m in (("a", 30), ("b", 20),
+                                                                   ("x", 10))], (), Policy(), (),
+     ReasonCode.OUTRANKED, "needs 4 any-model GPUs on one node; largest free block is 0; "
+                           "1 request of the same shape and team, ranked ahead of it, waits "
+                           "for the same GPUs"),
 ]
 
 
@@ -83,3 +92,41 @@ def test_critical_request_may_use_the_headroom() -> None:
     snap = make_snapshot([A100_3], [make_request("x", 4, priority=PriorityClass.CRITICAL)],
                          policy=Policy(critical_headroom_gpus=2))
     assert plan(snap).placement_of("x") is not None
+
+
+def _applied(snapshot, result):
+    """The snapshot of the next cycle: the plan's placements are now allocations."""
+    by_name = {n.name: n for n in snapshot.nodes}
+    held = [make_allocation(p.request_name, by_name[a.node], a.gpu_indices, milli=a.gpu_milli)
+            for p in result.placements for a in p.assignments]
+    placed = {p.request_name for p in result.placements}
+    return make_snapshot(snapshot.nodes, [r for r in snapshot.requests if r.name not in placed],
+                         allocations=[*snapshot.allocations, *held], policy=snapshot.policy)
+
+
+def test_a_waiting_reason_stays_the_same_while_nothing_changes() -> None:
+    """The demo's sweep: six 2-GPU trials on 4 + 2 + 2 GPUs. The cycle that places three
+    and the cycles after it, over the state it left, give every waiting trial one text."""
+    nodes = [make_node("a100", "A100", 4), make_node("h100", "H100", 2),
+             make_node("t4", "T4", 2)]
+    trials = [make_request(f"trial_{i}", 2, waited=timedelta(seconds=60 - i))
+              for i in range(6)]
+    first = make_snapshot(nodes, [*trials, make_request("hotfix", 1,
+                                                        priority=PriorityClass.CRITICAL)])
+    placing = plan(first)
+    assert len(placing.placements) == 4
+    waiting = {r.request_name: (r.code, r.message) for r in placing.pending}
+    after = _applied(first, placing)
+    for _ in range(2):  # the next heartbeats: nothing placed, nothing changed
+        again = plan(after)
+        assert again.placements == ()
+        assert {r.request_name: (r.code, r.message) for r in again.pending} == waiting
+    base = "needs 2 any-model GPUs on one node; largest free block is 1"
+    # Which three trials wait is the solver's choice among equals; in rank order (the
+    # oldest first) the first waits for capacity, the others behind it say so.
+    assert [waiting[name] for name in sorted(waiting)] == [
+        (ReasonCode.WAITING_FOR_CAPACITY, base),
+        (ReasonCode.OUTRANKED, f"{base}; 1 request of the same shape and team, ranked ahead "
+                               "of it, waits for the same GPUs"),
+        (ReasonCode.OUTRANKED, f"{base}; 2 requests of the same shape and team, ranked ahead "
+                               "of it, wait for the same GPUs")]

@@ -137,7 +137,8 @@ def test_fits_now_is_placed_first():
     p = plan(snap)
     assert [x.request_name for x in p.placements] == ["big"]
     assert p.reservations == ()
-    assert p.reason_of("hot").code is ReasonCode.OUTRANKED
+    assert p.reason_of("hot").code is ReasonCode.WAITING_FOR_CAPACITY  # big holds all 8
+    assert p.reason_of("hot").message.endswith("largest free block is 0")
     check_plan(p, snap)
     assert p.stats.objective > 0
 
@@ -156,7 +157,9 @@ def test_gang_reserves_its_k_closest_nodes():
     assert p.reason_of("gang").code is ReasonCode.WAITING_FOR_CAPACITY
     assert "needs 2 nodes each with 4 free GPUs" in p.reason_of("gang").message
     assert p.reason_of("s1").code is ReasonCode.NODE_RESERVED  # 2 GPUs: only on a or b
-    assert p.reason_of("s2").code is ReasonCode.OUTRANKED  # c's last GPU went to s0
+    # c's last GPU went to s0: what s2 could still take is b's, which the gang holds.
+    assert p.reason_of("s2").code is ReasonCode.NODE_RESERVED
+    assert p.reason_of("s2").message.startswith("fits only on b, reserved for gang")
     check_plan(p, snap)
 
 

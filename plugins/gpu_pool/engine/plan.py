@@ -54,7 +54,7 @@ from gpu_pool.engine.greedy import (
 )
 from gpu_pool.engine.objective import RequestView, aged_weights, build_view, view_key
 from gpu_pool.engine.quota import QuotaBook
-from gpu_pool.engine.reasons import ReasonInputs, pending_reason
+from gpu_pool.engine.reasons import ReasonInputs, pending_reason, queued_behind
 from gpu_pool.engine.types import (
     PendingReason,
     Placement,
@@ -207,9 +207,11 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
         placements = [*placements, *won]
         placed |= {p.request_name for p in won}
     # 7. reasons
-    inputs = ReasonInputs(held.reason_start or start, final, book, policy, held)
+    opened = reserve.reopened(final, held.rows) if held.rows else None
+    inputs = ReasonInputs(final, book, policy, held, opened)
     # Requests of one type get the same reason (the sentence names no request): decide once.
     decided: dict[tuple, PendingReason] = {}
+    ahead = _queued_ahead(ordered, placed, views, groups)
     pending_list = []
     for r in requests:
         if r.name in placed:
@@ -222,7 +224,8 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
             reason = pending_reason(r, weights[r.name], views[r.name], groups[r.name], inputs,
                                     never[r.name])
             decided[key] = reason
-        pending_list.append(PendingReason(r.name, reason.code, reason.message))
+        pending_list.append(queued_behind(PendingReason(r.name, reason.code, reason.message),
+                                          ahead.get(r.name, 0)))
     pending = tuple(pending_list)
     by_name = {p.request_name: p for p in placements}
     ordered_placements: tuple[Placement, ...] = tuple(
@@ -234,6 +237,25 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
                        stats.detail)
     reservations = tuple(x for x in held.reservations if x.request_name not in placed)
     return Plan(ordered_placements, pending, tuple(preemptions), stats, reservations)
+
+
+def _queued_ahead(ordered: Sequence[Request], placed: set[str],
+                  views: dict[str, RequestView], groups: dict[str, np.ndarray]
+                  ) -> dict[str, int]:
+    """For each request left waiting, how many of the same shape and quota wait before it.
+
+    ``ordered`` is the cycle's ranking (priority, then larger, then older); equal views and
+    quota groups are the same objects, shared by requests of one type.
+    """
+    seen: Counter[tuple[int, int]] = Counter()
+    ahead: dict[str, int] = {}
+    for r in ordered:
+        if r.name in placed:
+            continue
+        key = (id(views[r.name]), id(groups[r.name]))
+        ahead[r.name] = seen[key]
+        seen[key] += 1
+    return ahead
 
 
 def greedy_plan(snapshot: Snapshot) -> Plan:

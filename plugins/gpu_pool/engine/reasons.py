@@ -8,15 +8,22 @@ The first test that holds gives the reason:
    ``quota_exhausted``: no quota at all, or too little left on every group it could use.
 4. ``waiting_for_data_zone``: compatible nodes exist, but moving its data to any of them
    would take longer than ``policy.max_transfer_seconds``.
-5. ``headroom_reserved``: it fits in the free capacity but only by dipping into the
+5. ``outranked``: it fits the capacity still free after this cycle's plan, which left it out
+   for requests ranked ahead of it (rare: a plan places what still fits).
+6. ``headroom_reserved``: it fits in the free capacity but only by dipping into the
    whole GPUs kept for critical work.
-6. ``outranked``: it fitted the capacity free at the start of the cycle, which went to
-   more valuable requests.
 7. ``node_reserved``: it would fit, but only on nodes reserved for a starving request
    (:mod:`gpu_pool.engine.reserve`); the sentence names the nodes and the request.
 8. ``waiting_for_capacity``: it does not fit the free capacity; the sentence says what
    is missing ("needs 4 A100 GPUs on one node; largest free block is 3"). A starving
    request holding a reservation says so after it ("; g3-7 reserved for it since ...").
+   :func:`queued_behind` turns it into ``outranked`` when requests of the same shape and
+   quota, ranked ahead of it, wait for the same GPUs, and says how many.
+
+Every test reads the capacity as the plan leaves it, which is what the next cycle starts
+from: while nothing changes, the next cycle gives the same reason, word for word. (Judged
+against the capacity free *before* the plan, a request outranked this cycle would read
+"outranked" now and "largest free block is 0" a heartbeat later, with the fleet unchanged.)
 
 Invariant: the functions here only read the cycles they are given.
 """
@@ -42,11 +49,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ReasonInputs:
-    start: Cycle  # free capacity before the cycle placed anything
-    end: Cycle  # free capacity after the plan
+    end: Cycle  # free capacity after the plan: what every reason is judged against
     book: QuotaBook
     policy: Policy
     held: Held | None = None  # the starvation guard's reservations this cycle, if any
+    opened: Cycle | None = None  # ``end`` with the reserved nodes open (None: none reserved)
 
 
 def _gpus(milli: float) -> str:
@@ -137,20 +144,20 @@ def pending_reason(request: Request, weight: int, view: RequestView, groups: np.
                              f"nearest compatible node (limit "
                              f"{inputs.policy.max_transfer_seconds:.0f} s); waits for a node "
                              f"in {zone}")
-    if fit(inputs.start, request, weight, view, groups) is not None:
+    end = inputs.end
+    if fit(end, request, weight, view, groups) is not None:
         return PendingReason(name, ReasonCode.OUTRANKED,
-                             "outranked: the capacity it fits in went to requests ranked "
-                             "ahead of it this cycle (higher priority, longer wait or a "
-                             "better fit)")
-    if inputs.start.headroom:
-        relaxed = Cycle(inputs.start.state, inputs.start.remaining, 0, inputs.start.mix,
-                        inputs.start.state.whole_free_up())
+                             "outranked: it fits the GPUs still free, but this cycle's plan "
+                             "left it out for requests ranked ahead of it (higher priority, "
+                             "longer wait or a better fit)")
+    if end.headroom:
+        relaxed = Cycle(end.state, end.remaining, 0, end.mix, end.state.whole_free_up())
         if fit(relaxed, request, weight, view, groups) is not None:
             return PendingReason(name, ReasonCode.HEADROOM_RESERVED,
-                                 f"{inputs.start.headroom} whole GPUs are held for critical "
-                                 f"work and only {inputs.start.state.whole_free_up()} are free")
+                                 f"{end.headroom} whole GPUs are held for critical "
+                                 f"work and only {end.state.whole_free_up()} are free")
     held = inputs.held
-    opened = held.open_start if held is not None else None
+    opened = inputs.opened
     if opened is not None and held is not None:
         mine = held.holder(name)
         if mine is not None:
@@ -172,8 +179,23 @@ def pending_reason(request: Request, weight: int, view: RequestView, groups: np.
                         f"for {x.request_name} (pending over "
                         f"{_duration(inputs.policy.reserve_after)}: starving requests go "
                         "first)")
-    return PendingReason(name, ReasonCode.WAITING_FOR_CAPACITY,
-                         _missing(request, view, inputs.start))
+    return PendingReason(name, ReasonCode.WAITING_FOR_CAPACITY, _missing(request, view, end))
+
+
+def queued_behind(reason: PendingReason, ahead: int) -> PendingReason:
+    """``reason`` for a request with ``ahead`` requests like it ranked before it in the queue.
+
+    Only a plain wait for capacity changes: it becomes ``outranked`` and says both facts,
+    what is missing and how many wait before it for the same GPUs.
+    """
+    if ahead <= 0 or reason.code is not ReasonCode.WAITING_FOR_CAPACITY \
+            or "reserved for it" in reason.message:
+        return reason
+    who = "1 request" if ahead == 1 else f"{ahead} requests"
+    verb = "waits" if ahead == 1 else "wait"
+    return PendingReason(reason.request_name, ReasonCode.OUTRANKED,
+                         f"{reason.message}; {who} of the same shape and team, ranked ahead "
+                         f"of it, {verb} for the same GPUs")
 
 
 def _duration(d: timedelta) -> str:

@@ -64,10 +64,6 @@ class Held:
     value: int = 0  # their value (objective units)
     reservations: list[Reservation] = field(default_factory=list)
     rows: list[int] = field(default_factory=list)  # every reserved row
-    # For reasons: the start cycle before the guard placed anything, with the reserved rows
-    # closed (None: the guard did nothing), and with them open (None: none reserved).
-    reason_start: Cycle | None = None
-    open_start: Cycle | None = None
 
     @property
     def placed(self) -> set[str]:
@@ -137,6 +133,19 @@ def _close(cycle: Cycle, rows: Sequence[int]) -> None:
     cycle._blocks = None
 
 
+def reopened(cycle: Cycle, rows: Sequence[int]) -> Cycle:
+    """A copy of ``cycle`` with the reserved ``rows`` open again (for reasons: what would
+    fit there if nothing were reserved)."""
+    opened = cycle.clone()
+    st = opened.state
+    for row in rows:
+        st.set_schedulable(st.layout.names[row], True)
+        if opened.budget is not None:
+            opened.budget += int(st.whole_free[row])
+    opened._blocks = None
+    return opened
+
+
 def reserve(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
             views: dict[str, RequestView], groups: dict[str, np.ndarray], policy: Policy,
             now: datetime) -> Held:
@@ -146,7 +155,6 @@ def reserve(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
     if not hungry:
         return held
     names = start.state.layout.names
-    untouched: Cycle | None = None  # the start cycle before the first change, for reasons
     for r in hungry:
         view, g = views[r.name], groups[r.name]
         if len(held.placements) + len(held.reservations) >= policy.max_reservations:
@@ -155,7 +163,6 @@ def reserve(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
         # would be carried and refreshed through each of their passes.
         choice = fit(start, r, weights[r.name], view, g, masks=False)
         if choice is not None:
-            untouched = untouched or start.clone()
             held.placements.append(start.commit(r, choice))
             held.value += choice.value
             continue
@@ -165,17 +172,9 @@ def reserve(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
         worst, total = shortfall(start, r, rows)
         order = np.lexsort((node_order(start.state)[rows], total, worst))
         chosen = [int(rows[k]) for k in order[: r.nodes]]
-        untouched = untouched or start.clone()
         _close(start, chosen)
         held.rows.extend(chosen)
         assert r.submitted_at is not None
         held.reservations.append(Reservation(
             r.name, tuple(names[row] for row in chosen), r.submitted_at + policy.reserve_after))
-    if held.rows:
-        assert untouched is not None
-        held.open_start = untouched
-        held.reason_start = untouched.clone()
-        _close(held.reason_start, held.rows)
-    elif held.placements:
-        held.reason_start = untouched
     return held
