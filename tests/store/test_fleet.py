@@ -87,6 +87,17 @@ def test_set_node_state_writes_an_event_and_refuses_unknown(store: Store) -> Non
         store.set_node_state("ghost", NodeState.DOWN, "ops", "x")
 
 
+def test_a_node_back_up_keeps_no_drain_reason(store: Store) -> None:
+    from gpu_pool.api.queries import node_state_reasons
+
+    store.import_nodes([make_node("n1")], "test")
+    store.set_node_state("n1", NodeState.DRAINING, "ops", "disk swap")
+    assert node_state_reasons(store.engine)["n1"] == "disk swap"
+    store.set_node_state("n1", NodeState.UP, "ops", "disk swapped")
+    assert node_state_reasons(store.engine)["n1"] is None
+    assert store.events(subject="n1")[-1].reason == "disk swapped"  # the why stays in the log
+
+
 def test_gpu_readings_update_gpus_and_append_samples(store: Store, now: datetime) -> None:
     store.import_nodes([make_node("n1", 2)], "test")
     store.record_gpu_readings("n1", [{"index": 0, "utilization_pct": 87.5,

@@ -86,6 +86,9 @@ def test_an_admin_drains_and_undrains_a_node_recorded_with_reason(fleet_server):
         assert node["state_reason"] == "firmware update"
         assert {g["status"] for g in node["gpus"]} == {"draining"}
         assert c.post("/api/nodes/us-l4-2/state", json={"state": "up"}).json()["changed"]
+        node = next(n for g in c.get("/api/fleet").json()["groups"] for n in g["nodes"]
+                    if n["name"] == "us-l4-2")
+        assert (node["state"], node["state_reason"]) == ("up", None)  # not "firmware update"
     last = [e for e in fleet_server.store.events(subject="us-l4-2") if e.kind == "node.state"]
     assert [(e.actor, e.data["to"]) for e in last[-2:]] == [("alice", "draining"), ("alice", "up")]
 

@@ -166,7 +166,11 @@ def _replace_node(conn: Connection, node: Node, old_state: str, actor: str,
 
 def change_node_state(conn: Connection, name: str, state: NodeState, actor: str,
                       reason: str | None, now: datetime) -> bool:
-    """Set a node's state (guarded on its current one); False when it already had it."""
+    """Set a node's state (guarded on its current one); False when it already had it.
+
+    ``state_reason`` says why a node is *not* up: a node back up keeps none (the reason it
+    came back is in its ``node.state`` event).
+    """
     old = conn.execute(text("SELECT state FROM nodes WHERE name = :n"), {"n": name}).scalar()
     if old is None:
         known = list(conn.execute(text("SELECT name FROM nodes")).scalars())
@@ -175,7 +179,8 @@ def change_node_state(conn: Connection, name: str, state: NodeState, actor: str,
         return False
     changed = conn.execute(text("UPDATE nodes SET state = :s, state_reason = :r, updated_at = :now"
                                 " WHERE name = :n AND state = :old"),
-                           {"s": str(state), "r": reason, "now": db_time(now), "n": name,
+                           {"s": str(state), "r": None if state is NodeState.UP else reason,
+                            "now": db_time(now), "n": name,
                             "old": old})
     if changed.rowcount != 1:  # unreachable inside one transaction; guard against misuse
         raise NotFoundError("node", name)
