@@ -23,8 +23,11 @@ def gpu_pool_ledger_snapshot() -> None:
         from gpu_pool.ops.runs import run_snapshots
 
         config = af.ops_config()
-        done = run_snapshots(af.open_store(), af.object_store(config), config,
-                             datetime.now(UTC))
+        objstore = af.object_store(config)
+        if not objstore.keeps_history():
+            print("The bucket has no versioning: each export goes under an exported_at= "
+                  "folder of its own, so no rerun replaces an earlier snapshot")
+        done = run_snapshots(af.open_store(), objstore, config, datetime.now(UTC))
         return [d.period.isoformat() for d in done]
 
     @task

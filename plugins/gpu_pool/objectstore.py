@@ -11,6 +11,10 @@ key
     The path of an object below the configured prefix (``ledger/dt=2026-12-01/part-0.csv``).
     Writing the same key twice overwrites the object: snapshot writers rely on that for
     idempotent reruns, bucket versioning keeps the history.
+history
+    Whether the bucket keeps what an overwrite replaces (:meth:`S3ObjectStore.keeps_history`:
+    versioning enabled). Many S3-compatible stores have no versioning; there, writers put
+    each export under keys of its own (:func:`export_key`) so no export destroys another.
 
 Every failure to reach or use the store is an :class:`ObjectStoreError` that names the
 endpoint, bucket and key, never a botocore traceback.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from gpu_pool.errors import GpuPoolError, SpecError
@@ -39,6 +44,16 @@ class ObjectStore(Protocol):
     def get_bytes(self, key: str) -> bytes: ...
 
     def list_keys(self, prefix: str = "") -> list[str]: ...
+
+    def keeps_history(self) -> bool: ...
+
+
+def export_key(folder: str, name: str, exported_at: datetime | None) -> str:
+    """``folder/name``, or ``folder/exported_at=<UTC time>/name`` for an export that must not
+    replace an earlier one (a bucket that keeps no history); readers take the latest."""
+    if exported_at is None:
+        return f"{folder}/{name}"
+    return f"{folder}/exported_at={exported_at.astimezone(UTC):%Y%m%dT%H%M%S%fZ}/{name}"
 
 
 @dataclass(frozen=True)
@@ -136,6 +151,7 @@ class S3ObjectStore:
                 s3={"addressing_style": "path"},
             ),
         )
+        self._history: bool | None = None
 
     def _fail(self, action: str, key: str, error: Exception) -> ObjectStoreError:
         from botocore.exceptions import ClientError
@@ -182,8 +198,28 @@ class S3ObjectStore:
             raise self._fail("list", full, error) from error
         return sorted(keys)
 
+    def keeps_history(self) -> bool:
+        """Whether the bucket's versioning is enabled (asked once per store object).
+
+        A store that will not say (no permission, no versioning API) is taken to keep none:
+        writing each export under its own key is safe either way.
+        """
+        if self._history is None:
+            try:
+                answer = self._client.get_bucket_versioning(Bucket=self.config.bucket)
+                self._history = answer.get("Status") == "Enabled"
+            except Exception as error:
+                from botocore.exceptions import ClientError
+
+                if not isinstance(error, ClientError):  # unreachable: say so, as writes do
+                    raise self._fail("read the versioning of", self.config.bucket,
+                                     error) from error
+                self._history = False
+        return self._history
+
     def ensure_bucket(self) -> None:
-        """Create the bucket when missing (for a fresh MinIO); a no-op when it exists."""
+        """Create the bucket when missing (for a fresh MinIO), with versioning on so that
+        reruns keep the history; a no-op when it exists."""
         try:
             self._client.head_bucket(Bucket=self.config.bucket)
             return
@@ -191,5 +227,8 @@ class S3ObjectStore:
             pass
         try:
             self._client.create_bucket(Bucket=self.config.bucket)
+            self._client.put_bucket_versioning(
+                Bucket=self.config.bucket, VersioningConfiguration={"Status": "Enabled"})
         except Exception as error:
             raise self._fail("create bucket", self.config.bucket, error) from error
+        self._history = None

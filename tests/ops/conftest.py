@@ -50,8 +50,17 @@ def s3_config(s3_endpoint: str) -> ObjectStoreConfig:
 
 @pytest.fixture
 def objstore(s3_config: ObjectStoreConfig) -> S3ObjectStore:
+    """A bucket gpu-pool created itself: versioning on."""
     store = S3ObjectStore(s3_config)
     store.ensure_bucket()
+    return store
+
+
+@pytest.fixture
+def plain_objstore(s3_config: ObjectStoreConfig) -> S3ObjectStore:
+    """A bucket made elsewhere without versioning, as many S3-compatible stores have."""
+    store = S3ObjectStore(s3_config)
+    store._client.create_bucket(Bucket=s3_config.bucket)
     return store
 
 

@@ -14,6 +14,7 @@ from gpu_pool.ops.report import build_report, month_bounds, to_markdown, write_r
 from gpu_pool.ops.snapshot import ledger_frame
 
 T0 = datetime(2026, 11, 3, 8, 0, tzinfo=UTC)
+NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)  # when the report is written
 
 
 def entry(name: str, team: str, hours: float, gpus: float = 1, model: str = "A100",
@@ -83,14 +84,14 @@ def test_markdown_has_a_section_per_team(report) -> None:
 
 
 def test_written_to_object_store(objstore, report) -> None:
-    keys = write_report(objstore, report)
+    keys = write_report(objstore, report, NOW)
     assert [k.rsplit("/", 1)[1] for k in keys] == [
         "report.md", "teams.csv", "top_tasks.csv", "rightsizing.csv", "gpu_hours.png"]
     png = objstore.get_bytes("report/month=2026-11/gpu_hours.png")
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     teams = pd.read_csv(io.BytesIO(objstore.get_bytes("report/month=2026-11/teams.csv")))
     assert set(teams["team"]) == {"vision", "nlp"}
-    write_report(objstore, report)  # rerun: same keys, no duplicates
+    write_report(objstore, report, NOW)  # rerun: same keys, no duplicates
     assert len(objstore.list_keys("report/")) == 5
 
 
@@ -98,4 +99,12 @@ def test_empty_month_still_reports(objstore) -> None:
     empty = build_report("2026-10", ledger_frame([]), [], [], Policy())
     assert empty.teams.empty
     assert "_none_" in to_markdown(empty)
-    assert len(write_report(objstore, empty)) == 5
+    assert len(write_report(objstore, empty, NOW)) == 5
+
+
+def test_a_rerun_replaces_nothing_on_a_bucket_without_versioning(plain_objstore, report) -> None:
+    first = write_report(plain_objstore, report, NOW)
+    second = write_report(plain_objstore, report, NOW + timedelta(hours=1))
+    assert first[0].endswith("report/month=2026-11/exported_at=20261201T090000000000Z/report.md")
+    assert set(first).isdisjoint(second)
+    assert len(plain_objstore.list_keys("report/")) == 10  # both exports, whole

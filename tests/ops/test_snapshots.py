@@ -80,6 +80,45 @@ def test_outage_fails_clearly_and_next_run_catches_up(fleet, store, objstore, s3
     assert list(dec1["request_name"]) == ["n1-job"]
 
 
+def test_a_day_without_events_still_has_its_csv_header(fleet, store, objstore) -> None:
+    fleet.team("vision")
+    quiet = D1 + 3 * 24 * H  # nothing happened on 2026-12-03
+    run_snapshots(store, objstore, OpsConfig(), quiet, days=[quiet.date()])
+    for table in ("events", "ledger", "queue", "allocations"):
+        csv = objstore.get_bytes(f"{table}/dt=2026-12-03/part-0.csv")
+        frame = pd.read_csv(pd.io.common.BytesIO(csv))  # a lone newline raised here
+        assert frame.empty and len(frame.columns) > 3, (table, csv)
+    events = pd.read_csv(pd.io.common.BytesIO(objstore.get_bytes(
+        "events/dt=2026-12-03/part-0.csv")))
+    assert list(events.columns) == ["at", "subject_kind", "subject", "kind", "actor",
+                                    "reason", "data"]
+
+
+def test_without_bucket_versioning_an_export_never_replaces_an_earlier_one(
+        fleet, store, plain_objstore) -> None:
+    _history(fleet, store)
+    assert plain_objstore.keeps_history() is False
+    first = run_snapshots(store, plain_objstore, OpsConfig(), D1 + 4 * H)
+    (key,) = [k for k in first[0].keys if k.endswith("ledger/dt=2026-11-30/exported_at="
+                                                      "20261130T130000000000Z/part-0.parquet")]
+    before = plain_objstore.get_bytes(key.split("gpu-pool/test/", 1)[1])
+    fleet.run("v3", "vision", 1, D1 + 4 * H)  # 11-30 grows by one ledger row
+    store.release_request("v3", Outcome.SUCCESS, "test", "done", D1 + 5 * H)
+    again = run_snapshots(store, plain_objstore, OpsConfig(), D1 + 6 * H,
+                          days=[D1.date()])
+    assert set(again[0].keys).isdisjoint(first[0].keys)
+    # The earlier snapshot is still there, unchanged; the later one has the new row.
+    assert plain_objstore.get_bytes(key.split("gpu-pool/test/", 1)[1]) == before
+    latest = [k for k in plain_objstore.list_keys("ledger/dt=2026-11-30/")
+              if k.endswith(".parquet")]
+    assert len(latest) == 2
+    assert len(read_parquet(plain_objstore.get_bytes(max(latest)))) == 2
+
+
+def test_a_bucket_gpu_pool_creates_keeps_history(objstore) -> None:
+    assert objstore.keeps_history() is True
+
+
 def test_monthly_report_from_store(fleet, store, objstore) -> None:
     from gpu_pool.probe import GpuReading
 

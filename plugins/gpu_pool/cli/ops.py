@@ -164,9 +164,11 @@ def ledger_export(args: argparse.Namespace) -> int:
 
     config, store, now = _config(args), open_store(args), _now()
     done = runs.run_snapshots(store, object_store(config), config, now, days=args.day)
+    # The ledger's key shows where this export went (an exported_at= folder of its own on a
+    # bucket without versioning).
     emit(args.json, [{"period": d.period.isoformat(), "ledger_rows": d.ledger_rows,
-                      "objects": len(d.keys)} for d in done], ("period", "ledger_rows", "objects"),
-         empty="nothing to export")
+                      "objects": len(d.keys), "ledger_object": d.keys[0]} for d in done],
+         ("period", "ledger_rows", "objects", "ledger_object"), empty="nothing to export")
     return 0
 
 

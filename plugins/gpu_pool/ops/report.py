@@ -36,7 +36,7 @@ from datetime import UTC, date, datetime
 import pandas as pd
 
 from gpu_pool.model import Policy, Quota
-from gpu_pool.objectstore import ObjectStore
+from gpu_pool.objectstore import ObjectStore, export_key
 from gpu_pool.ops.records import ReclaimRecord
 
 MEM_HEADROOM = 1.10
@@ -194,15 +194,22 @@ def plot_png(report: MonthlyReport) -> bytes:
     return buf.getvalue()
 
 
-def write_report(objstore: ObjectStore, report: MonthlyReport) -> list[str]:
-    base = f"report/month={report.month}"
+def write_report(objstore: ObjectStore, report: MonthlyReport, now: datetime) -> list[str]:
+    """The report's files under ``report/month=YYYY-MM/`` (under an ``exported_at=`` folder
+    of their own where the bucket keeps no history, so a rerun replaces nothing)."""
+    folder = f"report/month={report.month}"
+    exported_at = None if objstore.keeps_history() else now
+
+    def key(name: str) -> str:
+        return export_key(folder, name, exported_at)
+
     return [
-        objstore.put_bytes(f"{base}/report.md", to_markdown(report).encode(), "text/markdown"),
-        objstore.put_bytes(f"{base}/teams.csv", report.teams.to_csv(index=False).encode(),
+        objstore.put_bytes(key("report.md"), to_markdown(report).encode(), "text/markdown"),
+        objstore.put_bytes(key("teams.csv"), report.teams.to_csv(index=False).encode(),
                            "text/csv"),
-        objstore.put_bytes(f"{base}/top_tasks.csv",
+        objstore.put_bytes(key("top_tasks.csv"),
                            report.top_tasks.to_csv(index=False).encode(), "text/csv"),
-        objstore.put_bytes(f"{base}/rightsizing.csv",
+        objstore.put_bytes(key("rightsizing.csv"),
                            report.rightsizing.to_csv(index=False).encode(), "text/csv"),
-        objstore.put_bytes(f"{base}/gpu_hours.png", plot_png(report), "image/png"),
+        objstore.put_bytes(key("gpu_hours.png"), plot_png(report), "image/png"),
     ]

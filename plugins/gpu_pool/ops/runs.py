@@ -113,7 +113,7 @@ def build_monthly_report(store: Any, month: str, policy: Policy) -> report.Month
 def run_report(store: Any, objstore: ObjectStore, month: str, policy: Policy,
                now: datetime) -> tuple[report.MonthlyReport, list[str]]:
     built = build_monthly_report(store, month, policy)
-    keys = report.write_report(objstore, built)
+    keys = report.write_report(objstore, built, now)
     records_for(store).record_export("monthly_report", month, keys, len(built.teams), now)
     return built, keys
 

@@ -10,10 +10,17 @@ Keys (below the object store's prefix)
     nodes and GPUs, pending requests and active allocations as of the run (only written for
     the day that contains ``now``: the past state is not kept in the store).
 
+On a bucket that keeps no history (versioning off, as on many S3-compatible stores), each
+export of a period goes under its own folder, ``ledger/dt=YYYY-MM-DD/exported_at=<UTC
+time>/part-0.parquet``: a rerun never destroys an earlier snapshot; readers take the latest
+``exported_at`` of a day.
+
+Every CSV has its header, an empty table's too (``pandas.read_csv`` reads it as no rows).
+
 Invariants
 ----------
-* The same period always goes to the same keys: a rerun overwrites (bucket versioning keeps
-  history) and two runs of one period never leave two copies.
+* On a versioned bucket the same period always goes to the same keys: a rerun overwrites
+  (versioning keeps the history) and two runs of one period never leave two current copies.
 * A period is recorded in ``ops_exports`` only after all of its objects were written; the
   next run resumes at the latest recorded period (re-exporting it, since it may have been
   partial) and catches up every day since. If the object store is down nothing is recorded,
@@ -33,9 +40,10 @@ from typing import Any
 
 import pandas as pd
 
-from gpu_pool.model import LedgerEntry
-from gpu_pool.objectstore import ObjectStore
+from gpu_pool.model import Allocation, LedgerEntry, Request
+from gpu_pool.objectstore import ObjectStore, export_key
 from gpu_pool.ops.records import OpsRecords
+from gpu_pool.store.events import Event
 
 DATASET = "daily"
 LEDGER_COLUMNS = ("allocation_id", "request_name", "team", "purpose", "node", "gpu_model",
@@ -47,8 +55,8 @@ def day_start(day: date) -> datetime:
     return datetime.combine(day, time(0), tzinfo=UTC)
 
 
-def key_for(table: str, day: date, ext: str) -> str:
-    return f"{table}/dt={day.isoformat()}/part-0.{ext}"
+def key_for(table: str, day: date, ext: str, exported_at: datetime | None = None) -> str:
+    return export_key(f"{table}/dt={day.isoformat()}", f"part-0.{ext}", exported_at)
 
 
 def _plain(value: Any) -> Any:
@@ -79,8 +87,9 @@ def ledger_frame(entries: Iterable[LedgerEntry]) -> pd.DataFrame:
     return frame.sort_values(["ended_at", "allocation_id"], kind="stable").reset_index(drop=True)
 
 
-def records_frame(items: Iterable[Any]) -> pd.DataFrame:
-    """A frame of dataclasses or mappings, nested values as JSON text."""
+def records_frame(items: Iterable[Any], of: type) -> pd.DataFrame:
+    """A frame of dataclasses or mappings, nested values as JSON text; its columns are the
+    fields of the dataclass ``of``, so a table without rows still has its header."""
     rows = []
     for item in items:
         if dataclasses.is_dataclass(item) and not isinstance(item, type):
@@ -88,7 +97,7 @@ def records_frame(items: Iterable[Any]) -> pd.DataFrame:
         else:
             raw = dict(item)
         rows.append({k: _plain(v) for k, v in raw.items()})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=[f.name for f in dataclasses.fields(of)])
 
 
 def fleet_frame(nodes: Iterable[Any]) -> pd.DataFrame:
@@ -113,13 +122,15 @@ def read_parquet(data: bytes) -> pd.DataFrame:
     return pd.read_parquet(io.BytesIO(data), engine="pyarrow")
 
 
-def write_table(objstore: ObjectStore, table: str, day: date, frame: pd.DataFrame) -> list[str]:
-    """Parquet for machines and CSV for people, under the period's deterministic keys."""
+def write_table(objstore: ObjectStore, table: str, day: date, frame: pd.DataFrame,
+                exported_at: datetime | None = None) -> list[str]:
+    """Parquet for machines and CSV for people, under the period's keys (see the module
+    docstring for ``exported_at``)."""
     return [
-        objstore.put_bytes(key_for(table, day, "parquet"), parquet_bytes(frame),
+        objstore.put_bytes(key_for(table, day, "parquet", exported_at), parquet_bytes(frame),
                            "application/vnd.apache.parquet"),
-        objstore.put_bytes(key_for(table, day, "csv"), frame.to_csv(index=False).encode(),
-                           "text/csv"),
+        objstore.put_bytes(key_for(table, day, "csv", exported_at),
+                           frame.to_csv(index=False).encode(), "text/csv"),
     ]
 
 
@@ -130,18 +141,21 @@ class PeriodExport:
     ledger_rows: int
 
 
-def export_day(store: Any, objstore: ObjectStore, day: date, now: datetime) -> PeriodExport:
+def export_day(store: Any, objstore: ObjectStore, day: date, now: datetime,
+               exported_at: datetime | None = None) -> PeriodExport:
     lo, hi = day_start(day), day_start(day + timedelta(days=1))
     entries = [e for e in store.ledger(since=lo, until=hi) if lo <= e.ended_at < hi]
-    keys = write_table(objstore, "ledger", day, ledger_frame(entries))
+    keys = write_table(objstore, "ledger", day, ledger_frame(entries), exported_at)
     events = [e for e in store.events(since=lo) if _event_time(e) is None
               or lo <= _event_time(e) < hi]
-    keys += write_table(objstore, "events", day, records_frame(events))
+    keys += write_table(objstore, "events", day, records_frame(events, Event), exported_at)
     if lo <= now < hi:
-        keys += write_table(objstore, "fleet", day, fleet_frame(store.list_nodes()))
-        keys += write_table(objstore, "queue", day, records_frame(store.pending_requests()))
+        keys += write_table(objstore, "fleet", day, fleet_frame(store.list_nodes()),
+                            exported_at)
+        keys += write_table(objstore, "queue", day,
+                            records_frame(store.pending_requests(), Request), exported_at)
         keys += write_table(objstore, "allocations", day,
-                            records_frame(store.active_allocations()))
+                            records_frame(store.active_allocations(), Allocation), exported_at)
     return PeriodExport(day, tuple(keys), len(entries))
 
 
@@ -174,9 +188,11 @@ def export_snapshots(store: Any, objstore: ObjectStore, records: OpsRecords, now
                      ) -> list[PeriodExport]:
     """Export every due day (or exactly ``days``), recording each once it is complete."""
     todo = list(days) if days is not None else periods_due(records, store, now, max_periods)
+    # Asked once, when the export starts: without history, this export gets keys of its own.
+    exported_at = None if objstore.keeps_history() else now
     done = []
     for day in todo:
-        export = export_day(store, objstore, day, now)
+        export = export_day(store, objstore, day, now, exported_at)
         records.record_export(DATASET, day.isoformat(), list(export.keys), export.ledger_rows,
                               now)
         done.append(export)
