@@ -15,6 +15,12 @@ What it does, in order:
 5. when the runs end, prints each GPU task's state, placement and GPU-hours from the ledger,
    and stops Airflow (``--keep-running`` leaves it up to browse the UI until Ctrl-C).
 
+Stopping: SIGINT, SIGTERM or SIGHUP (also when the demo runs in the background, where a
+shell starts it with SIGINT ignored) stop every process the demo started, the scheduler's
+task processes included, before it exits. The api-server listens on 127.0.0.1 unless
+``--host`` says otherwise, and ``[core] parallelism`` is sized to the machine (LocalExecutor
+forks that many workers up front).
+
 Exit status 0 when every task of the triggered runs succeeded and no GPU stayed held, 1
 otherwise (and on a time-out, with the tail of Airflow's output).
 """
@@ -31,7 +37,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -59,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "this checkout)")
     parser.add_argument("--port", type=int, default=8080,
                         help="with --airflow: the api-server's port (default 8080)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="with --airflow: the address the api-server listens on (default "
+                             "127.0.0.1: this machine only; 0.0.0.0 for every interface)")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="with --airflow: give up after this many seconds (default 600)")
     parser.add_argument("--keep-running", action="store_true",
@@ -77,22 +86,65 @@ def airflow_demo(args: argparse.Namespace, out: TextIO | None = None) -> int:
                         "--port with another)")
     if not args.timeout > 0:
         raise SpecError("timeout", args.timeout, "a positive number of seconds")
+    _check_host(args.host)
     from gpu_pool.simnode.server import airflow_env, sim_fleet
 
     say = _Say(out)
-    with sim_fleet(home / "fleet", FLEET) as nodes:
+    with _stopped_by_signals(), sim_fleet(home / "fleet", FLEET) as nodes:
         store_url = f"sqlite:///{home / 'gpu_pool.db'}"
         store = _prepare_store(store_url, nodes)
         say(f"Fleet: {', '.join(f'{n} ({c} x {m})' for n, m, c in FLEET)}: simulated nodes, "
             "each a real SSH server on 127.0.0.1 with a fake nvidia-smi")
-        airflow = _Standalone(home, dags, store_url, args.port, airflow_env(nodes))
+        airflow = _Standalone(home, dags, store_url, args.port, airflow_env(nodes), args.host)
         say(f"Starting airflow standalone in {home} (about a minute) ...")
         airflow.start()
         try:
             return _run(airflow, store, say, args)
+        except _Stop as stop:  # before the runs ended: they did not all succeed
+            say(f"\n{stop}: stopping Airflow and every process the demo started")
+            return 1
         finally:
             airflow.stop()
             store.close()
+
+
+class _Stop(BaseException):  # noqa: N818 - not an error: a request to stop
+    """A stop signal arrived (raised from the signal handler, unwinds to ``finally``)."""
+
+
+@contextlib.contextmanager
+def _stopped_by_signals() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP raise :class:`_Stop` inside, whatever they did before.
+
+    A shell starts a background job with SIGINT ignored, and SIGTERM's default ends Python
+    without running ``finally``: either way Airflow and its workers were left behind.
+    """
+    def stop(signum: int, _frame: object) -> None:
+        raise _Stop(f"got {signal.Signals(signum).name}")
+
+    wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {sig: signal.signal(sig, stop) for sig in wanted}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _check_host(host: str) -> None:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise SpecError("host", host, "an IP address to listen on, such as 127.0.0.1 (this "
+                        "machine only) or 0.0.0.0 (every interface)") from None
+
+
+def demo_parallelism() -> int:
+    """``[core] parallelism`` for this machine: LocalExecutor forks that many workers at
+    start, 32 by default, whatever the cores."""
+    return max(4, min(32, 2 * (os.cpu_count() or 1)))
 
 
 def _run(airflow: _Standalone, store: Any, say: _Say, args: argparse.Namespace) -> int:
@@ -123,9 +175,11 @@ def _run(airflow: _Standalone, store: Any, say: _Say, args: argparse.Namespace) 
     if args.keep_running:
         say(f"\nAirflow keeps running at http://127.0.0.1:{args.port} (GPU pool page: "
             f"/gpu-pool/); Ctrl-C to stop.")
-        with contextlib.suppress(KeyboardInterrupt):
-            while not airflow.exited():
+        try:
+            while not airflow.exited():  # until a signal (Ctrl-C) raises _Stop
                 time.sleep(1.0)
+        except _Stop as stop:
+            say(f"\n{stop}: stopping Airflow and every process the demo started")
     return 0 if ok else 1
 
 
@@ -188,6 +242,7 @@ class _Standalone:
     store_url: str
     port: int
     conns: dict[str, str]
+    host: str = "127.0.0.1"
     process: subprocess.Popen[bytes] | None = None
     binary: str = field(default_factory=lambda: str(Path(sys.executable).with_name("airflow")))
 
@@ -197,8 +252,10 @@ class _Standalone:
             store_url=self.store_url, dags_folder=self.dags, idle_replan_seconds=1.0,
             extra={
                 "core": {"execution_api_server_url": f"http://127.0.0.1:{self.port}/execution/",
-                         "min_serialized_dag_update_interval": 1},
-                "api": {"port": self.port, "base_url": f"http://127.0.0.1:{self.port}"},
+                         "min_serialized_dag_update_interval": 1,
+                         "parallelism": demo_parallelism()},
+                "api": {"host": self.host, "port": self.port,
+                        "base_url": f"http://127.0.0.1:{self.port}"},
                 "dag_processor": {"refresh_interval": 5},
                 "scheduler": {"scheduler_heartbeat_sec": 1},
                 "logging": {"base_log_folder": str(self.home / "logs")},
@@ -221,16 +278,27 @@ class _Standalone:
                                         cwd=self.home, start_new_session=True)
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
+        """Stop standalone and every process under it, those in sessions of their own too
+        (the GPU executor starts task processes that way, so they outlive a scheduler)."""
+        import psutil
+
+        if self.process is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
         try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
+            tree = [psutil.Process(self.process.pid),
+                    *psutil.Process(self.process.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            tree = []
+        if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
+                os.killpg(self.process.pid, signal.SIGTERM)  # standalone stops its components
+        _, alive = psutil.wait_procs(tree, timeout=30)
+        for proc in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        psutil.wait_procs(alive, timeout=10)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(5)
 
     def exited(self) -> bool:
         return self.process is not None and self.process.poll() is not None
