@@ -68,6 +68,7 @@ QUOTA_FIELDS = (
     "gpu_hour_budget",
 )
 TEAM_FIELDS = ("name", "notify_email", "notify_webhook")
+_WEBHOOK = re.compile(r"^(https?://[^\s]+|conn:[A-Za-z0-9_.-]+|file:///[^\s]*)$")
 
 
 def _refuse_unknown(data: Mapping[str, Any], known: Sequence[str]) -> None:
@@ -458,7 +459,9 @@ def parse_team(data: Mapping[str, Any]) -> Team:
     if email is not None and not _EMAIL.match(str(email)):
         raise SpecError("notify_email", email, "an e-mail address like 'nlp-oncall@example.com'")
     webhook = data.get("notify_webhook")
-    if webhook is not None and not re.match(r"^https?://[^\s]+$", str(webhook)):
-        raise SpecError("notify_webhook", webhook, "an http:// or https:// URL")
+    if webhook is not None and not _WEBHOOK.match(str(webhook)):
+        raise SpecError("notify_webhook", webhook, "an http:// or https:// URL, "
+                        "conn:<Airflow connection id> (a URL kept secret there) or "
+                        "file:///<absolute path> (notices appended as JSON lines)")
     return Team(name=parse_name(data.get("name"), "name"), notify_email=email,
                 notify_webhook=webhook)

@@ -32,3 +32,19 @@ def test_demo_runs_as_the_installed_console_script(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "Who holds what now" in done.stdout
+
+
+def test_demo_alerts_arrive_in_local_files(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """The demo's teams are notified through files, so nothing tries to leave the machine."""
+    import json
+    import re
+
+    assert main(["--db", f"sqlite:///{tmp_path / 'demo.db'}", "demo"]) == 0
+    out = capsys.readouterr().out
+    assert "Quota alerts (2026-12-01 09:30 UTC): 2 sent, 0 failed" in out
+    files = dict(re.findall(r"  -> (\S+\.jsonl): (.+)", out))
+    assert sorted(Path(f).name for f in files) == ["research.jsonl", "vision.jsonl"]
+    for path, title in files.items():
+        (line,) = Path(path).read_text().splitlines()
+        assert json.loads(line)["blocks"][0]["text"]["text"] == title
+    assert "example.com" not in out

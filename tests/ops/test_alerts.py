@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -147,3 +148,24 @@ def test_failed_delivery_is_retried_next_run(records, webhook) -> None:
     webhook.status = 200
     retried = deliver_alerts(alerts, teams, records, channels, NOW)
     assert len(retried.sent) == 1 and len(webhook.posts) == 1
+
+
+def test_a_file_webhook_gets_one_json_line_per_notice(records, tmp_path) -> None:
+    target = tmp_path / "vision.jsonl"
+    teams = [Team("vision", notify_webhook=f"file://{target}")]
+    done = deliver_alerts(plan_alerts([quota(5)], [], [], [], CFG, NOW), teams, records,
+                          TeamChannels(email=None), NOW)
+    assert [ch for _, ch in done.sent] == [("webhook",)]
+    (line,) = target.read_text().splitlines()
+    notice = json.loads(line)
+    assert notice["gpu_pool"]["team"] == "vision" and "expires" in notice["text"]
+
+
+def test_an_unwritable_file_webhook_fails_clearly_and_is_retried(records, tmp_path) -> None:
+    teams = [Team("vision", notify_webhook=f"file://{tmp_path}/missing-folder/v.jsonl")]
+    failed = deliver_alerts(plan_alerts([quota(5)], [], [], [], CFG, NOW), teams, records,
+                            TeamChannels(email=None), NOW)
+    (_, error), = failed.failed
+    assert error == (f"webhook file {tmp_path}/missing-folder/v.jsonl could not be written: "
+                     "No such file or directory")
+    assert records.notices() == []  # the claim was given back: the next run tries again

@@ -17,6 +17,7 @@ from gpu_pool.spec import (
     parse_memory_mib,
     parse_nodes_document,
     parse_request,
+    parse_team,
 )
 
 
@@ -123,3 +124,16 @@ def test_any_share_outside_the_range_is_refused(milli: int) -> None:
     with pytest.raises(SpecError) as error:
         parse_request({"name": "r", "team": "t", "gpu_share": milli})
     assert error.value.field == "gpu_share"
+
+
+@pytest.mark.parametrize("target", ["https://hooks.example.com/T0/B1", "conn:vision_slack",
+                                    "file:///var/log/gpu-pool/vision.jsonl"])
+def test_team_webhook_targets_the_channels_deliver_to(target: str) -> None:
+    assert parse_team({"name": "vision", "notify_webhook": target}).notify_webhook == target
+
+
+@pytest.mark.parametrize("target", ["ftp://x/y", "file://relative/path", "conn:", "hooks"])
+def test_team_webhook_refuses_what_no_channel_takes(target: str) -> None:
+    with pytest.raises(SpecError, match=r"^notify_webhook: got .*; expected an http:// or "
+                                        r"https:// URL, conn:<Airflow connection id>"):
+        parse_team({"name": "vision", "notify_webhook": target})

@@ -4,12 +4,14 @@ It migrates a fresh store, loads a sample fleet (six hosts, two zones, four GPU 
 teams, quotas and a queue, then runs placement cycles on a virtual clock and prints who got
 which GPUs and why the rest wait: a request that can never fit is refused at submission, a
 critical job jumps the queue, finished jobs give their GPUs back at once, and data that
-becomes ready lets its job start.
+becomes ready lets its job start. Last, the quota alerts chore runs: the teams' notices
+land in files of the demo's folder (``file://`` webhooks), so nothing leaves the machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 from datetime import UTC, datetime, timedelta
 from importlib import resources
@@ -54,7 +56,10 @@ def demo(args: argparse.Namespace, out: Any = None) -> int:
     from gpu_pool.store import Store
 
     out = out or sys.stdout
-    url = args.db or f"sqlite:///{Path(tempfile.mkdtemp(prefix='gpu-pool-demo-')) / 'store.db'}"
+    folder = Path(tempfile.mkdtemp(prefix="gpu-pool-demo-"))
+    alerts_dir = folder / "alerts"
+    alerts_dir.mkdir()
+    url = args.db or f"sqlite:///{folder / 'store.db'}"
     store = Store.from_url(url)
     store.migrate()
     say = out.write
@@ -66,7 +71,7 @@ def demo(args: argparse.Namespace, out: Any = None) -> int:
     table([{"node": n.name, "zone": n.zone, "model": n.gpu_model, "gpus": n.gpu_count}
            for n in nodes], ("node", "zone", "model", "gpus"), out)
 
-    org = yaml.safe_load(_data("teams.yaml"))
+    org = yaml.safe_load(_data("teams.yaml").replace("{alerts}", str(alerts_dir)))
     for t in org["teams"]:
         store.upsert_team(parse_team(t), actor=ACTOR)
     for q in org["quotas"]:
@@ -120,7 +125,27 @@ def demo(args: argparse.Namespace, out: Any = None) -> int:
     say(f"\nLedger: {len(ledger)} finished allocations, "
         f"{sum(e.gpu_hours for e in ledger):.2f} GPU-hours, "
         f"${sum(e.cost for e in ledger):.2f}\n")
+    _alerts(store, now, alerts_dir, url, out)
     return 0
+
+
+def _alerts(store: Any, now: datetime, alerts_dir: Path, url: str, out: Any) -> None:
+    """The quota alerts chore on the demo's clock, delivered to the teams' files."""
+    from gpu_pool.notify.channels import TeamChannels
+    from gpu_pool.ops.config import OpsConfig
+    from gpu_pool.ops.runs import run_alerts
+
+    result = run_alerts(store, TeamChannels(email=None), OpsConfig(), now)
+    out.write(f"\nQuota alerts ({now:%Y-%m-%d %H:%M} UTC): {len(result.sent)} sent, "
+              f"{len(result.failed)} failed\n")
+    for path in sorted(alerts_dir.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            notice = json.loads(line)
+            out.write(f"  -> {path}: {notice['blocks'][0]['text']['text']}\n")
+    for key, error in result.failed:
+        out.write(f"  x {key.kind} {key.subject}: {error}\n")
+    out.write(f"Each team's webhook is a file in {alerts_dir}; run the chore again with "
+              f"`gpu-pool --db {display_url(url)} alerts run`\n")
 
 
 def _cycle(store: Any, now: datetime, title: str, out: Any) -> None:

@@ -7,10 +7,12 @@ notice
     subject line, a body of plain text, and facts (ordered key/value pairs) that a webhook
     receiver can read without parsing prose.
 webhook target
-    A team's ``notify_webhook`` in the store: an ``http(s)://`` URL used as is, or
+    A team's ``notify_webhook`` in the store: an ``http(s)://`` URL used as is,
     ``conn:<id>`` naming an Airflow connection that holds the URL (for webhook URLs that are
-    secrets, such as Slack's). Resolving ``conn:`` needs a resolver; the Airflow adapter
-    passes one. Messages and logs show a webhook only as ``scheme://host/...``.
+    secrets, such as Slack's), or ``file:///<absolute path>``: each notice appended to that
+    file as one line of the same JSON (for a machine without a receiver, a log shipper, or
+    the demo). Resolving ``conn:`` needs a resolver; the Airflow adapter passes one.
+    Messages and logs show a webhook only as ``scheme://host/...``.
 
 A delivery failure is a :class:`DeliveryError` naming the channel and target (redacted),
 never the credentials.
@@ -31,6 +33,7 @@ from urllib.parse import urlsplit
 from gpu_pool.errors import GpuPoolError, SpecError
 
 CONN_PREFIX = "conn:"
+FILE_PREFIX = "file://"
 
 
 class DeliveryError(GpuPoolError):
@@ -140,6 +143,27 @@ class WebhookChannel:
                 f"webhook {redact_url(self.url)} unreachable: {type(error).__name__}") from None
 
 
+@dataclass(frozen=True)
+class FileChannel:
+    """Appends a notice to a file as one line of the webhook JSON."""
+
+    path: str
+
+    def __post_init__(self) -> None:
+        if not self.path.startswith("/"):
+            raise SpecError("notify_webhook", f"{FILE_PREFIX}{self.path}",
+                            "file:/// and an absolute path, e.g. file:///var/log/gpu-pool.jsonl")
+
+    def send(self, notice: Notice) -> None:
+        line = json.dumps(notice.to_webhook_json(), sort_keys=True) + "\n"
+        try:
+            with open(self.path, "a", encoding="utf-8") as out:
+                out.write(line)
+        except OSError as error:
+            raise DeliveryError(f"webhook file {self.path} could not be written: "
+                                f"{error.strerror or type(error).__name__}") from None
+
+
 WebhookResolver = Callable[[str], str]
 
 
@@ -184,7 +208,10 @@ class TeamChannels:
                 url = notify_webhook
                 if url.startswith(CONN_PREFIX):
                     url = self.resolve_webhook(url[len(CONN_PREFIX):])
-                WebhookChannel(url, self.webhook_timeout_s).send(notice)
+                if url.startswith(FILE_PREFIX):
+                    FileChannel(url[len(FILE_PREFIX):]).send(notice)
+                else:
+                    WebhookChannel(url, self.webhook_timeout_s).send(notice)
                 used.append("webhook")
             except (DeliveryError, SpecError) as error:
                 errors.append(str(error))
