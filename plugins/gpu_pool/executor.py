@@ -92,6 +92,7 @@ class _Started:
     name: str
     process: subprocess.Popen[bytes]
     started: float
+    live: bool = True  # False: resumed after its job ended and its GPUs went back
 
 
 @dataclass
@@ -102,6 +103,12 @@ class _Watched:
     ti_id: str
     name: str
     in_running: bool  # adopted: its key is in ``running`` and needs a final event
+
+
+# A task whose allocation ended with one of these outcomes ended by its own job: the
+# trigger (or the in-task watcher) gave its GPUs back; its process is concluding, not
+# dispossessed.
+_ENDED_BY_JOB = frozenset({Outcome.SUCCESS, Outcome.FAILED, Outcome.TIMED_OUT})
 
 
 def _policy_from(store: Any) -> Policy:
@@ -143,9 +150,9 @@ class GpuPoolExecutor(BaseExecutor):
 
     def _build_cycle(self) -> PlacementCycle:
         from gpu_pool.engine import plan
-        from gpu_pool.store import Store, resolve_db_url
+        from gpu_pool.executor_support.release import store_from_airflow
 
-        store = Store.from_url(resolve_db_url(conf.get(SECTION, "store_url", fallback=None)))
+        store = store_from_airflow()
         store.migrate()
         return PlacementCycle(
             store=store,
@@ -197,7 +204,7 @@ class GpuPoolExecutor(BaseExecutor):
                 len(report.placed), len(report.preempted), len(report.pending),
                 len(report.dropped), report.detail, report.seconds,
             )
-        for binding in report.bindings[: max(0, open_slots)]:
+        for binding in [*report.bindings, *report.finished][: max(0, open_slots)]:
             key = held.get(binding.request_name)
             if key is not None and key in self.queued_tasks:
                 self._start(key, binding)
@@ -266,7 +273,7 @@ class GpuPoolExecutor(BaseExecutor):
             )
         self.running.add(key)
         self._started[key] = _Started(key, str(workload.ti.id), binding.request_name, process,
-                                      time.monotonic())
+                                      time.monotonic(), binding.live)
         self.running_state(key, allocation.external_id)
         self.log.info("Started %s on %s (pid %s)", key, allocation.external_id, process.pid)
 
@@ -307,15 +314,23 @@ class GpuPoolExecutor(BaseExecutor):
         """Stop running tasks whose allocation ended elsewhere (preempted, reclaimed, released).
 
         Their GPUs now belong to someone else: SIGTERM reaches the task process group, whose
-        operator kills the remote job in turn.
+        operator kills the remote job in turn. Not so for a task whose own job ended (its
+        watcher gave the GPUs back at once): it is concluding.
         """
-        names = {s.name for s in self._started.values()}
-        active = {b.request_name for b in self._require_cycle().bindings(names)}
-        for started in self._started.values():
-            if started.name not in active and started.process.poll() is None:
-                self.log.warning("Allocation of %s ended elsewhere; stopping the task", started.key)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(started.process.pid, signal.SIGTERM)
+        cycle = self._require_cycle()
+        names = {s.name for s in self._started.values() if s.live}
+        active = {b.request_name for b in cycle.bindings(names)}
+        gone = [s for s in self._started.values()
+                if s.live and s.name not in active and s.process.poll() is None]
+        if not gone:
+            return
+        ended = cycle.store.finished_outcomes({s.name for s in gone})
+        for started in gone:
+            if ended.get(started.name) in _ENDED_BY_JOB:
+                continue
+            self.log.warning("Allocation of %s ended elsewhere; stopping the task", started.key)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(started.process.pid, signal.SIGTERM)
 
     def _reconcile(self) -> None:
         """Release allocations whose task instance ended while no executor watched it.

@@ -8,6 +8,7 @@ admission, and data readiness through the placement cycle.
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,6 +142,40 @@ def test_a_task_whose_allocation_ended_elsewhere_is_stopped(executor: Any, store
         for proc in (keeper, victim):
             proc.kill()
             proc.wait()
+
+
+def test_a_task_whose_job_ended_is_left_to_conclude_and_its_resume_starts(
+        executor: Any, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trigger gives the GPUs back the moment the remote job ends. The task process
+    that is concluding (in-task watcher) is not stopped as dispossessed, and the resume of a
+    deferred task whose GPUs already went back starts without waiting for GPUs."""
+    import subprocess
+
+    from gpu_pool.executor import _Started
+
+    wl = _workload("t", {"team": "nlp", "gpus": 1})
+    executor.queued_tasks[wl.ti.key] = wl
+    executor._admit_new()
+    name = executor._names[wl.ti.key]
+    executor.cycle.run({name})
+    store.release_request(name, "success", actor="remote-job", reason="remote job ended")
+    concluding = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        executor._started[wl.ti.key] = _Started(wl.ti.key, str(wl.ti.id), name, concluding,
+                                                0.0)
+        executor._stop_dispossessed()
+        time.sleep(0.3)
+        assert concluding.poll() is None  # ended by its own job: left alone
+    finally:
+        concluding.kill()
+        concluding.wait()
+    del executor._started[wl.ti.key]
+    started: list[Any] = []
+    monkeypatch.setattr(executor, "_start", lambda key, binding: started.append((key, binding)))
+    executor.trigger_tasks(open_slots=4)  # the resume, queued again after the trigger fired
+    ((key, binding),) = started
+    assert key == wl.ti.key and binding.live is False
+    assert [a.node for a in binding.allocations] == ["node-a"]
 
 
 def test_a_deferred_task_due_to_resume_gets_a_slot_past_a_full_backlog(

@@ -155,19 +155,22 @@ def test_local_kill_stops_the_whole_group(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("gpu-pool-status missing\n", JobStatus(JobState.MISSING)),
-    ("gpu-pool-status - 1 1 12 -\n", JobStatus(JobState.RUNNING, None, True, 12)),
-    ("gpu-pool-status - 0 1 12 -\n", JobStatus(JobState.RUNNING, None, False, 12)),
-    ("gpu-pool-status - 0 0 12 -\n", JobStatus(JobState.LOST, None, False, 12)),
-    ("motd\ngpu-pool-status 0 0 0 5 -\n", JobStatus(JobState.EXITED, 0, False, 5)),
-    ("gpu-pool-status 143 0 0 5 time_limit\n",
-     JobStatus(JobState.EXITED, 143, False, 5, "time_limit")),
+    ("gpu-pool-status - 1 1 12 - -\n", JobStatus(JobState.RUNNING, None, True, 12)),
+    ("gpu-pool-status - 0 1 12 - -\n", JobStatus(JobState.RUNNING, None, False, 12)),
+    ("gpu-pool-status - 0 0 12 - -\n", JobStatus(JobState.LOST, None, False, 12)),
+    ("motd\ngpu-pool-status 0 0 0 5 - 1764579600.123456789\n",
+     JobStatus(JobState.EXITED, 0, False, 5, None, 1764579600.123456789)),
+    ("gpu-pool-status 143 0 0 5 time_limit 1764579600\n",
+     JobStatus(JobState.EXITED, 143, False, 5, "time_limit", 1764579600.0)),
+    ("gpu-pool-status 0 0 0 5 - .\n", JobStatus(JobState.EXITED, 0, False, 5)),  # no date
 ])
 def test_parse_poll_output(text: str, expected: JobStatus) -> None:
     assert parse_poll_output(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "hello", "gpu-pool-status 1 2", "gpu-pool-status x 0 0 1 -",
-                                  "gpu-pool-status - a b c -"])
+@pytest.mark.parametrize("text", ["", "hello", "gpu-pool-status 1 2",
+                                  "gpu-pool-status x 0 0 1 - -", "gpu-pool-status - a b c - -",
+                                  "gpu-pool-status 0 0 0 5 -"])
 def test_malformed_poll_output_is_an_error(text: str) -> None:
     with pytest.raises(RemoteJobError):
         parse_poll_output(text)
@@ -290,3 +293,31 @@ def test_metrics_file_is_exported_and_read_quoted() -> None:
     assert env["GPU_POOL_METRICS_FILE"] == "/srv/jobs/j1/metrics.json"
     assert build_metrics_read_command(job) == (
         "head -c 65536 /srv/jobs/j1/metrics.json 2>/dev/null || true")
+
+
+def test_a_waiting_poll_returns_as_the_job_ends_with_its_end_time(tmp_path: Path) -> None:
+    """The node records when the job ended; a poll that waits sees it within a tenth of a
+    second instead of at its next interval."""
+    job = RemoteJob("ends", str(tmp_path))
+    assert bash(build_start_command("sleep 1.5; touch done-marker", job, {})).returncode == 0
+    asked = time.time()
+    status = parse_poll_output(bash(build_poll_command(job, wait_s=30)).stdout)
+    answered = time.time()
+    assert (status.state, status.exit_code) == (JobState.EXITED, 0)
+    assert status.ended_at is not None
+    assert asked < status.ended_at < answered <= status.ended_at + 0.5, (
+        asked, status.ended_at, answered)
+    # A job already over answers at once, with the same end time.
+    again = time.time()
+    assert parse_poll_output(bash(build_poll_command(job, wait_s=30)).stdout) == status
+    assert time.time() - again < 1
+
+
+def test_a_waiting_poll_of_a_lost_job_does_not_wait(tmp_path: Path) -> None:
+    job = RemoteJob("lost", str(tmp_path))
+    Path(job.job_dir).mkdir()
+    Path(job.path("log")).write_text("")
+    Path(job.path("monitor.pid")).write_text("999999")  # a monitor long gone, no exit status
+    began = time.monotonic()
+    status = parse_poll_output(bash(build_poll_command(job, wait_s=30)).stdout)
+    assert status.state is JobState.LOST and time.monotonic() - began < 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from tests.sshd.fleet import Fleet, SshNode
 
 from gpu_pool.operators import GpuRemoteJobFailed, GpuSSHOperator
 from gpu_pool.remote.allocation import NodeSlot, RemoteAllocation
-from gpu_pool.remote.job import RemoteJob, make_job_id
+from gpu_pool.remote.job import METRICS_FILE, RemoteJob, make_job_id
 from gpu_pool.remote.runner import RemoteJobRunner
 from gpu_pool.triggers.remote_job import GpuRemoteJobTrigger
 
@@ -35,10 +36,12 @@ def first_event(trigger: GpuRemoteJobTrigger, timeout: float = 90) -> dict[str, 
     return asyncio.run(asyncio.wait_for(first(), timeout))
 
 
-def start(fleet: Fleet, node: str, command: str, base_dir: str) -> tuple[dict[str, str], int]:
+def start(fleet: Fleet, node: str, command: str, base_dir: str,
+          metrics: bool = False) -> tuple[dict[str, str], int]:
     job = RemoteJob(make_job_id("trig", node), base_dir)
+    env = {"GPU_POOL_METRICS_FILE": job.path(METRICS_FILE)} if metrics else {}
     with RemoteJobRunner(fleet[node].conn_id) as runner:
-        pgid = runner.start(command, job, {})
+        pgid = runner.start(command, job, env)
     return {"node": node, "ssh_conn_id": fleet[node].conn_id, **job.to_dict()}, pgid
 
 
@@ -265,3 +268,58 @@ def test_no_metrics_file_pushes_nothing(allocated: RemoteAllocation) -> None:
     ti = FakeTI()
     op.execute({"ti": ti})
     assert "gpu_pool_metrics" not in ti.xcom
+
+
+def test_the_gpus_go_back_within_a_second_of_the_jobs_end_billed_to_it(
+        sshd_fleet: Fleet, base_dir: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trigger polls every 5 s here, yet sees the end at once (the poll waits on the
+    node) and releases in the store, the ledger billing up to the node's own end time."""
+    import threading
+
+    from gpu_pool.engine import plan
+    from gpu_pool.model import Policy, Team
+    from gpu_pool.spec import parse_node, parse_request
+    from gpu_pool.store import Store
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    monkeypatch.setenv("AIRFLOW__GPU_POOL__STORE_URL", url)
+    store = Store.from_url(url)
+    store.migrate()
+    store.upsert_team(Team("nlp"), actor="t")
+    store.import_nodes([parse_node({"name": "node-a", "gpu_model": "A100", "gpus": 4,
+                                    "cpu": 8, "memory": "64GiB"})], actor="t")
+    name = "dag.train.1@run"
+    store.submit_request(parse_request({"name": name, "team": "nlp", "gpus": 2}), actor="t")
+    store.apply_plan(plan(store.load_snapshot(Policy(), datetime.now(UTC))),
+                     datetime.now(UTC), "t")
+    assert [a.request_name for a in store.active_allocations()] == [name]
+    gone_at: list[float] = []
+
+    def watch() -> None:  # when the store stops showing the allocation, by this clock
+        while not gone_at:
+            if not store.active_allocations():
+                gone_at.append(time.time())
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    spec, _ = start(sshd_fleet, "node-a",
+                    "sleep 2; echo '{\"val_loss\": 0.5}' > \"$GPU_POOL_METRICS_FILE\"",
+                    base_dir, metrics=True)
+    watcher.start()
+    event = first_event(GpuRemoteJobTrigger(jobs=[spec], started_at=time.time(),
+                                            poll_interval=5, request=name))
+    fired = time.time()
+    watcher.join(5)
+    ended = float(sshd_fleet["node-a"].sh(f"cat {spec['base_dir']}/{spec['job_id']}/ended")
+                  .stdout)
+    assert (event["outcome"], event["released"], event["metrics"]) == (
+        "success", True, {"val_loss": 0.5})
+    assert event["ended_at"] == pytest.approx(ended, abs=1e-6)
+    released_after = gone_at[0] - ended
+    assert 0 <= released_after <= 1.0, released_after
+    assert fired - ended <= 1.5
+    (entry,) = store.ledger()
+    assert entry.ended_at.timestamp() == pytest.approx(ended, abs=1e-5)  # billed to the end
+    assert entry.outcome.value == "success" and dict(entry.metrics) == {"val_loss": 0.5}
+    print(f"released {released_after * 1000:.0f} ms after the job ended on the node")
+    store.close()

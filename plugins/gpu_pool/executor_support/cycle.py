@@ -16,7 +16,9 @@ A cycle reads top to bottom:
    that lost a race against another scheduler is dropped and recomputed next cycle;
 6. **bind** — the store's active allocations of the requests this executor holds are
    returned as :class:`Binding` objects: whoever placed them (this scheduler or another),
-   the holder starts them.
+   the holder starts them. A held request that already *finished* is a task resumed after
+   its remote job ended (the trigger gave its GPUs back then): it is bound to the
+   allocations it had, marked not ``live``, so it can start and conclude.
 
 Invariant: this module never starts or kills a process; it only changes the store.
 """
@@ -31,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpu_pool.engine.types import PendingReason, Plan
-from gpu_pool.model import Allocation, Outcome, Policy, Request
+from gpu_pool.model import Allocation, AllocationState, Outcome, Policy, Request
 
 Clock = Callable[[], datetime]
 DataReady = Callable[[Iterable[str]], set[str]]  # dataset URIs -> those with an event
@@ -47,6 +49,7 @@ class Binding:
 
     request_name: str
     allocations: tuple[Allocation, ...]
+    live: bool = True  # False: the allocations ended with the job; the task only concludes
 
     @property
     def parts(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -63,6 +66,7 @@ class CycleReport:
     dropped: tuple[str, ...] = ()
     pending: tuple[PendingReason, ...] = ()
     bindings: tuple[Binding, ...] = ()
+    finished: tuple[Binding, ...] = ()  # held requests whose job already ended
     seconds: float = 0.0
     detail: str = ""
 
@@ -113,8 +117,9 @@ class PlacementCycle:
         if held_names and (self._dirty or started - self._last_plan >= self.idle_replan_s):
             report = self._plan_and_apply()
         bindings = self.bindings(held_names)
+        finished = self.finished(held_names - {b.request_name for b in bindings})
         return dataclasses.replace(
-            report, bindings=bindings, seconds=time.monotonic() - started
+            report, bindings=bindings, finished=finished, seconds=time.monotonic() - started
         )
 
     def _plan_and_apply(self) -> CycleReport:
@@ -172,6 +177,16 @@ class PlacementCycle:
             Binding(name, tuple(sorted(allocs, key=lambda a: a.node)))
             for name, allocs in sorted(by_request.items())
         )
+
+    def finished(self, names: set[str]) -> tuple[Binding, ...]:
+        """Bindings (not live) of those of ``names`` that finished: their ended allocations."""
+        if not names:
+            return ()
+        return tuple(
+            Binding(name, tuple(sorted((a for a in self.store.allocations_of(name)
+                                        if a.state is AllocationState.RELEASED),
+                                       key=lambda a: a.node)), live=False)
+            for name in sorted(self.store.finished_outcomes(names)))
 
     def release(self, name: str, outcome: Outcome, reason: str,
                 metrics: Mapping[str, float] | None = None) -> None:

@@ -21,8 +21,9 @@ allocation in its environment (:mod:`gpu_pool.remote.allocation`). The operator 
    limit — and defers again;
 4. succeeds iff every remote exit status is 0; a timeout, a kill or a lost node fails it.
    What the command wrote to ``$GPU_POOL_METRICS_FILE`` (a JSON object of numbers, on the
-   first node) is pushed as the XCom ``gpu_pool_metrics``; the executor copies it into the
-   allocation's ledger row.
+   first node) is pushed as the XCom ``gpu_pool_metrics`` and goes into the allocation's
+   ledger row. The trigger gives the GPUs back the moment the jobs end, billed to their
+   end on the node; the executor's release when the task ends is the backstop.
 
 ``on_kill`` (mark failed, clear, worker kill) kills the remote process groups.
 ``deferrable=False`` runs the same trigger loop inside the worker.
@@ -45,12 +46,10 @@ from gpu_pool.remote.allocation import RemoteAllocation
 from gpu_pool.remote.job import (
     DEFAULT_BASE_DIR,
     DEFAULT_KILL_GRACE_S,
-    METRICS_FILE,
     RemoteJob,
     check_env_name,
     job_environment,
     make_job_id,
-    parse_metrics,
 )
 from gpu_pool.remote.runner import RemoteJobRunner
 from gpu_pool.spec import parse_duration
@@ -152,6 +151,7 @@ class GpuSSHOperator(BaseOperator):
             raise error.located(where) from None
         self.deferrable = deferrable
         self._jobs: list[dict[str, str]] = []
+        self._request: str | None = None
 
     # -- starting --------------------------------------------------------------------------
 
@@ -202,10 +202,11 @@ class GpuSSHOperator(BaseOperator):
             jobs=jobs, started_at=started_at, time_limit_s=self.time_limit_s,
             warn_at_s=warn_at_s, warned=warned,
             kill_grace_s=self.kill_grace_s, poll_interval=self.poll_interval,
-            log_offsets=log_offsets)
+            log_offsets=log_offsets, request=self._request)
 
     def execute(self, context: Any) -> None:
         allocation = self._allocation()
+        self._request = allocation.request or None
         self.log.info("Allocation %s", allocation.external_id)
         jobs = self.start_jobs(allocation, int(context["ti"].try_number))
         self._jobs = jobs
@@ -231,6 +232,7 @@ class GpuSSHOperator(BaseOperator):
         """The next trigger to wait on, or ``None`` when the task is over (raises on failure)."""
         jobs = event["jobs"]
         self._jobs = jobs
+        self._request = event.get("request", self._request)
         status = event["status"]
         if status == "warning":
             self._warn(context, event)
@@ -247,25 +249,11 @@ class GpuSSHOperator(BaseOperator):
             raise GpuRemoteJobFailed(
                 f"task {self.task_id!r}: remote job {event.get('outcome')}: {summary}")
         self.log.info("Remote job succeeded: %s", summary)
-        self._push_metrics(context, jobs[0])
-        return None
-
-    def _push_metrics(self, context: Any, spec: dict[str, str]) -> None:
-        """Push what the command wrote to ``$GPU_POOL_METRICS_FILE`` (first node) as XCom."""
-        job = RemoteJob.from_dict(spec)
-        try:
-            with RemoteJobRunner(spec["ssh_conn_id"]) as runner:
-                text = runner.read_metrics(job)
-        except Exception as error:  # the training succeeded; its metrics are a bonus
-            self.log.warning("Could not read the metrics of job %s on %s: %s", spec["job_id"],
-                             spec["node"], error)
-            return
-        metrics, problems = parse_metrics(text, f"{spec['node']}:{job.path(METRICS_FILE)}")
-        for problem in problems:
-            self.log.warning("Metrics left out: %s", problem)
+        metrics = event.get("metrics") or {}  # read by the trigger, already in the ledger
         if metrics:
             context["ti"].xcom_push(key=XCOM_METRICS, value=metrics)
             self.log.info("Metrics: %s", metrics)
+        return None
 
     def _warn(self, context: Any, event: dict[str, Any]) -> None:
         elapsed, limit = event.get("elapsed_s"), event.get("time_limit_s")

@@ -19,8 +19,10 @@ monitor
     Airflow component is watching.
 
 Files of a job directory: ``log`` (stdout and stderr of the command), ``pid`` (the pgid),
-``monitor.pid``, ``started`` (UTC epoch seconds), ``exit`` (the exit status: 128+N when the
-command died of signal N), ``killed`` (why it was killed: ``time_limit``, ``cancelled``...).
+``monitor.pid``, ``started`` (UTC epoch seconds), ``ended`` (UTC epoch seconds with their
+fraction, written the moment the group's leader exits, before ``exit``: what the ledger
+bills up to), ``exit`` (the exit status: 128+N when the command died of signal N),
+``killed`` (why it was killed: ``time_limit``, ``cancelled``...).
 
 Invariants
 ----------
@@ -242,6 +244,9 @@ def build_start_command(command: str, job: RemoteJob, env: Mapping[str, str], *,
         f"{watchdog}"
         "wait \"$child\"\n"
         "ec=$?\n"
+        # The end, to the nanosecond where date knows %N (GNU), before the exit status: a
+        # poll that sees ``exit`` always finds ``ended``.
+        f"{{ date -u +%s.%N 2>/dev/null || date -u +%s; }} > {d}/ended\n"
         f"printf '%s' \"$ec\" > {d}/exit.tmp && mv -f {d}/exit.tmp {d}/exit\n"
     )
     base = shlex.quote(job.base_dir)
@@ -289,6 +294,7 @@ class JobStatus:
     group_alive: bool = False
     log_size: int = 0
     killed_reason: str | None = None
+    ended_at: float | None = None  # UTC epoch seconds, by the node's clock (``ended``)
 
     @property
     def done(self) -> bool:
@@ -300,9 +306,14 @@ class RemoteJobError(Exception):
 
 
 def build_poll_command(job: RemoteJob, log_offset: int | None = None,
-                       max_bytes: int = 65536) -> str:
+                       max_bytes: int = 65536, wait_s: float = 0.0) -> str:
     """Prints ``gpu-pool-status <exit|-> <group alive 0|1> <monitor alive 0|1> <log bytes>
-    <killed reason|->`` (or ``gpu-pool-status missing``).
+    <killed reason|-> <ended|->`` (or ``gpu-pool-status missing``).
+
+    With ``wait_s``, the status is read once the job has exited or ``wait_s`` seconds have
+    passed, whichever comes first (checked every 0.1 s, on the node): a watcher that polls
+    this way learns of the end within a tenth of a second, with no more round trips than
+    polling every ``wait_s`` seconds. It waits only while the monitor or the group lives.
 
     With ``log_offset``, up to ``max_bytes`` of the log from that offset follow the status
     line, read *after* the status: once the status says "exited", the log is complete. One
@@ -311,16 +322,29 @@ def build_poll_command(job: RemoteJob, log_offset: int | None = None,
     d = shlex.quote(job.job_dir)
     tail = "" if log_offset is None else build_log_read_command(job, log_offset, max_bytes) + "\n"
     number = "case \"$p\" in ''|*[!0-9]*) p=0 ;; esac; "
+    wait = ""
+    ticks = int(math.ceil(max(0.0, wait_s) * 10))
+    if ticks:
+        wait = (
+            f"mp=$(cat \"$d/monitor.pid\" 2>/dev/null || true); "
+            "case \"$mp\" in ''|*[!0-9]*) mp=0 ;; esac\n"
+            f"gp=$(cat \"$d/pid\" 2>/dev/null || true); "
+            "case \"$gp\" in ''|*[!0-9]*) gp=0 ;; esac\n"
+            f"i=0; while [ ! -e \"$d/exit\" ] && [ \"$i\" -lt {ticks} ] && "
+            "{ { [ \"$mp\" -gt 1 ] && kill -0 \"$mp\" 2>/dev/null; } || "
+            "{ [ \"$gp\" -gt 1 ] && group_alive \"$gp\"; }; }; do sleep 0.1; i=$((i+1)); done\n"
+        )
     return _GROUP_ALIVE + f"""d={d}
 if [ ! -d "$d" ]; then echo '{STATUS_TAG} missing'; exit 0; fi
-ec=-; [ -s "$d/exit" ] && ec=$(cat "$d/exit")
+{wait}ec=-; [ -s "$d/exit" ] && ec=$(cat "$d/exit")
 p=$(cat "$d/pid" 2>/dev/null || true); {number}
 g=0; [ "$p" -gt 1 ] && group_alive "$p" && g=1
 p=$(cat "$d/monitor.pid" 2>/dev/null || true); {number}
 m=0; [ "$p" -gt 1 ] && kill -0 "$p" 2>/dev/null && m=1
 size=$(stat -c%s "$d/log" 2>/dev/null || echo 0)
 k=-; [ -s "$d/killed" ] && k=$(head -c 32 "$d/killed" | tr -c 'a-z_' '_')
-echo "{STATUS_TAG} $ec $g $m $size $k"
+en=-; [ -s "$d/ended" ] && en=$(head -c 32 "$d/ended" | tr -cd '0-9.')
+echo "{STATUS_TAG} $ec $g $m $size $k ${{en:--}}"
 {tail}"""
 
 
@@ -342,16 +366,27 @@ def parse_poll_output(text: str) -> JobStatus:
     parts = lines[-1].split()
     if parts[1:] == ["missing"]:
         return JobStatus(JobState.MISSING)
-    if len(parts) != 6 or not all(p.isdigit() for p in parts[2:5]):
+    if len(parts) != 7 or not all(p.isdigit() for p in parts[2:5]):
         raise RemoteJobError(f"malformed job status {lines[-1]!r}")
-    _, code, group, monitor, size, killed = parts
+    _, code, group, monitor, size, killed, ended = parts
     reason = None if killed == "-" else killed
     if code != "-":
         if not code.isdigit():
             raise RemoteJobError(f"malformed exit status {code!r}")
-        return JobStatus(JobState.EXITED, int(code), group == "1", int(size), reason)
+        return JobStatus(JobState.EXITED, int(code), group == "1", int(size), reason,
+                         _epoch(ended))
     state = JobState.RUNNING if monitor == "1" or group == "1" else JobState.LOST
     return JobStatus(state, None, group == "1", int(size), reason)
+
+
+def _epoch(text: str) -> float | None:
+    """``ended`` as seconds, or None where it is absent or not a number (a node whose date
+    printed something else: the watcher's own clock stands in)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
 
 
 def build_kill_command(job: RemoteJob, *, grace_s: float = DEFAULT_KILL_GRACE_S,

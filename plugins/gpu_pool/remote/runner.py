@@ -35,7 +35,6 @@ from gpu_pool.remote.job import (
     build_cleanup_command,
     build_kill_command,
     build_log_read_command,
-    build_metrics_read_command,
     build_poll_command,
     build_start_command,
     parse_kill_output,
@@ -131,11 +130,6 @@ class RemoteJobRunner:
             build_log_read_command(job, offset, max_bytes), timeout=self.command_timeout)
         data = stdout.read()
         return data, offset + len(data)
-
-    def read_metrics(self, job: RemoteJob) -> str:
-        """The text of the job's metrics file ('' when the command wrote none)."""
-        _, out, _ = self.exec(build_metrics_read_command(job))
-        return out
 
     def kill(self, job: RemoteJob, *, reason: str = "cancelled",
              grace_s: float = DEFAULT_KILL_GRACE_S, detach: bool = False) -> str:

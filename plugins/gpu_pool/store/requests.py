@@ -20,11 +20,11 @@ or cancelled is left as it is and yields no ledger entry.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, bindparam, text
 
 from gpu_pool.errors import NotFoundError, SpecError
 from gpu_pool.model import LedgerEntry, Node, Outcome, Policy, Request, RequestState
@@ -200,3 +200,16 @@ def release_request(conn: Connection, name: str, outcome: Outcome, actor: str, r
     change_state(conn, row["id"], name, (RequestState.PENDING, RequestState.RUNNING), to, actor,
                  reason, now, {"outcome": str(outcome), "allocations": len(entries)})
     return entries
+
+
+def finished_outcomes(conn: Connection, names: Iterable[str]) -> dict[str, Outcome]:
+    """The outcome each of ``names`` that has finished ended with (its ledger rows')."""
+    names = sorted(set(names))
+    if not names:
+        return {}
+    rows = conn.execute(text(
+        "SELECT r.name, l.outcome FROM requests r JOIN allocations a ON a.request_id = r.id "
+        "JOIN ledger l ON l.allocation_id = a.id WHERE r.state = 'finished' "
+        "AND r.name IN :names").bindparams(bindparam("names", expanding=True)),
+        {"names": names})
+    return {name: Outcome(outcome) for name, outcome in rows}

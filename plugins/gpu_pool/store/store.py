@@ -226,6 +226,11 @@ class Store:
         with self._read() as conn:
             return requests.request_state(conn, name)
 
+    def finished_outcomes(self, names: Iterable[str]) -> dict[str, Outcome]:
+        """For those of ``names`` that finished: the outcome their allocations ended with."""
+        with self._read() as conn:
+            return requests.finished_outcomes(conn, names)
+
     def request_external(self, name: str) -> dict[str, Any] | None:
         """The Airflow task instance fields a request was submitted with."""
         with self._read() as conn:

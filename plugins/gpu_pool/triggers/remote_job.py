@@ -1,9 +1,9 @@
 """GpuRemoteJobTrigger: watch a GPU task's remote job(s) from the triggerer.
 
 The deferrable half of :class:`~gpu_pool.operators.GpuSSHOperator`: the operator starts
-the job on each node of its allocation and defers; this trigger polls every
-``poll_interval`` seconds over ``SSHHookAsync`` (one connection per node, reused, rebuilt
-with backoff when it drops), streams new output lines into the task log, and fires once:
+the job on each node of its allocation and defers; this trigger polls the nodes over
+``SSHHookAsync`` (one connection per node, reused, rebuilt with backoff when it drops, the
+nodes of a gang polled at once), streams new output lines into the task log, and fires once:
 
 * ``{"status": "warning", ...}`` when ``warn_at_s`` seconds have passed since the start and
   no warning was sent yet (the operator notifies, then defers again with ``warned=True``);
@@ -11,6 +11,13 @@ with backoff when it drops), streams new output lines into the task log, and fir
   before the warning;
 * ``{"status": "done", "outcome": ..., "results": ...}`` when every job has exited;
 * ``{"status": "error", "message": ...}`` when the nodes cannot be reached.
+
+Each poll waits on the node up to ``poll_interval`` seconds for the job to end (see
+:func:`~gpu_pool.remote.job.build_poll_command`), so the end is seen within a tenth of a
+second. Then, before firing, the trigger reads the metrics file and gives the GPUs back in
+the store, billed to the moment the job ended on the node
+(:func:`~gpu_pool.executor_support.release.release_ended_job`); the event carries that
+time (``ended_at``), the metrics and whether the release happened (``released``).
 
 Time limit: past ``time_limit_s`` the trigger kills every job's process group (SIGTERM,
 grace, SIGKILL; reason ``time_limit``) and reports ``timed_out`` — on top of each node's own
@@ -36,12 +43,15 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from gpu_pool.model import Outcome
 from gpu_pool.remote.job import (
     DEFAULT_KILL_GRACE_S,
+    METRICS_FILE,
     JobStatus,
     RemoteJob,
     RemoteJobError,
     build_kill_command,
     build_log_read_command,
+    build_metrics_read_command,
     build_poll_command,
+    parse_metrics,
     split_poll_output,
 )
 from gpu_pool.remote.runner import outcome_of
@@ -66,6 +76,8 @@ class GpuRemoteJobTrigger(BaseTrigger):
     :param time_limit_s: kill the jobs this long after ``started_at`` (``None``: no limit)
     :param warn_at_s: fire a warning event this long after ``started_at``
     :param log_offsets: bytes of each job's log already streamed, by job id
+    :param request: the gpu-pool request the jobs run for: its GPUs are given back in the
+        store the moment the jobs end (``None``: the executor releases them later)
     """
 
     def __init__(self, *, jobs: list[dict[str, str]], started_at: float,
@@ -73,8 +85,9 @@ class GpuRemoteJobTrigger(BaseTrigger):
                  warned: bool = False, kill_grace_s: float = DEFAULT_KILL_GRACE_S,
                  poll_interval: float = 5.0, log_offsets: dict[str, int] | None = None,
                  log_chunk_size: int = 65536, command_timeout: float = 30.0,
-                 max_reconnect_attempts: int = 5) -> None:
+                 max_reconnect_attempts: int = 5, request: str | None = None) -> None:
         super().__init__()
+        self.request = request
         self.jobs = [dict(j) for j in jobs]
         self.started_at = float(started_at)
         self.time_limit_s = time_limit_s
@@ -101,6 +114,7 @@ class GpuRemoteJobTrigger(BaseTrigger):
             "log_chunk_size": self.log_chunk_size,
             "command_timeout": self.command_timeout,
             "max_reconnect_attempts": self.max_reconnect_attempts,
+            "request": self.request,
         }
 
     # -- SSH ---------------------------------------------------------------------------------
@@ -139,12 +153,14 @@ class GpuRemoteJobTrigger(BaseTrigger):
     def _job(spec: dict[str, str]) -> RemoteJob:
         return RemoteJob.from_dict(spec)
 
-    async def _poll(self, spec: dict[str, str]) -> JobStatus:
-        """One round trip: the job's status and its new output, which goes to the log."""
+    async def _poll(self, spec: dict[str, str], wait_s: float = 0.0) -> JobStatus:
+        """One round trip: the job's status (once it ended or ``wait_s`` passed) and its new
+        output, which goes to the log."""
         job_id = spec["job_id"]
         status, chunk = split_poll_output(await self._run_bytes(spec["ssh_conn_id"],
             build_poll_command(self._job(spec), self.log_offsets.get(job_id, 0),
-                               self.log_chunk_size)))
+                               self.log_chunk_size, wait_s),
+            timeout=self.command_timeout + wait_s))
         while chunk:
             self.log_offsets[job_id] = self.log_offsets.get(job_id, 0) + len(chunk)
             for line in chunk.decode("utf-8", "replace").rstrip("\n").split("\n"):
@@ -166,19 +182,79 @@ class GpuRemoteJobTrigger(BaseTrigger):
             self.log.warning("Killed job %s on %s (%s): %s", spec["job_id"], spec["node"],
                              reason, answer.strip())
 
+    async def _metrics(self) -> dict[str, float]:
+        """What the command wrote to ``$GPU_POOL_METRICS_FILE`` on the first node ({} if
+        nothing, or nothing readable: a bad file is said in the log, never fails the task)."""
+        spec = self.jobs[0]
+        job = self._job(spec)
+        try:
+            text = await self._run(spec["ssh_conn_id"], build_metrics_read_command(job))
+        except _TRANSIENT as error:
+            self.log.warning("Could not read the metrics of job %s on %s: %s", spec["job_id"],
+                             spec["node"], error)
+            return {}
+        metrics, problems = parse_metrics(text, f"{spec['node']}:{job.path(METRICS_FILE)}")
+        for problem in problems:
+            self.log.warning("Metrics left out: %s", problem)
+        return metrics
+
+    async def _release(self, outcome: Outcome, ended_at: float | None,
+                       metrics: dict[str, float]) -> bool:
+        """Give the request's GPUs back now, billed to ``ended_at``; False if not done here
+        (no request named, already released, or the store unreachable: the executor's
+        release when the task ends is the backstop)."""
+        if self.request is None:
+            return False
+        from gpu_pool.executor_support.release import release_ended_job, store_from_airflow
+
+        def release() -> bool:
+            store = store_from_airflow()
+            try:
+                return release_ended_job(store, self.request, outcome, ended_at,
+                                         metrics) is not None
+            finally:
+                store.close()
+
+        try:
+            released = await asyncio.to_thread(release)
+        except Exception as error:  # the store, not the job: the executor releases later
+            self.log.warning("Could not release the GPUs of %s at the job's end: %s",
+                             self.request, error)
+            return False
+        if released:
+            self.log.info("Released the GPUs of %s: the job ended (%s)", self.request,
+                          outcome.value)
+        return released
+
     # -- the loop ----------------------------------------------------------------------------
 
     def _event(self, status: str, **payload: Any) -> TriggerEvent:
         return TriggerEvent({"status": status, "jobs": self.jobs, "started_at": self.started_at,
-                             "log_offsets": dict(self.log_offsets), **payload})
+                             "log_offsets": dict(self.log_offsets), "request": self.request,
+                             **payload})
+
+    async def _done(self, statuses: list[JobStatus]) -> TriggerEvent:
+        outcome = combined_outcome([outcome_of(s) for s in statuses])
+        ends = [s.ended_at for s in statuses if s.ended_at is not None]
+        ended_at = max(ends) if ends and len(ends) == len(statuses) else None
+        metrics = await self._metrics() if outcome is Outcome.SUCCESS else {}
+        released = await self._release(outcome, ended_at, metrics)
+        return self._event("done", outcome=outcome.value, ended_at=ended_at, metrics=metrics,
+                           released=released, results={
+                               spec["job_id"]: {"node": spec["node"], "state": s.state.value,
+                                                "exit_code": s.exit_code,
+                                                "killed": s.killed_reason}
+                               for spec, s in zip(self.jobs, statuses, strict=True)})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         failures = 0
         limit_hit = False
+        wait_s = 0.0  # the first poll answers at once; later ones wait on the node
         try:
             while True:
                 try:
-                    statuses = [await self._poll(spec) for spec in self.jobs]
+                    statuses = list(await asyncio.gather(
+                        *(self._poll(spec, wait_s) for spec in self.jobs)))
                 except _TRANSIENT as error:
                     failures += 1
                     await self._close_all()
@@ -192,12 +268,9 @@ class GpuRemoteJobTrigger(BaseTrigger):
                     await asyncio.sleep(delay)
                     continue
                 failures = 0
+                wait_s = self.poll_interval
                 if all(s.done for s in statuses):
-                    outcomes = [outcome_of(s) for s in statuses]
-                    yield self._event("done", outcome=combined_outcome(outcomes).value, results={
-                        spec["job_id"]: {"node": spec["node"], "state": s.state.value,
-                                         "exit_code": s.exit_code, "killed": s.killed_reason}
-                        for spec, s in zip(self.jobs, statuses, strict=True)})
+                    yield await self._done(statuses)
                     return
                 if any(s.done and outcome_of(s) is not Outcome.SUCCESS for s in statuses):
                     running = [spec for spec, s in zip(self.jobs, statuses, strict=True)
@@ -216,9 +289,19 @@ class GpuRemoteJobTrigger(BaseTrigger):
                     yield self._event("warning", elapsed_s=elapsed,
                                       time_limit_s=self.time_limit_s)
                     return
-                await asyncio.sleep(self.poll_interval)
+                # No sleep: the next poll waits on the node, at most until the next check
+                # of the time limit or the warning is due.
+                wait_s = self._next_wait(elapsed)
         finally:
             await self._close_all()
+
+    def _next_wait(self, elapsed: float) -> float:
+        """How long the next poll may wait on the node: ``poll_interval``, or less when the
+        warning or the time limit falls due sooner."""
+        due = [t - elapsed for t in (self.time_limit_s,
+                                     None if self.warned else self.warn_at_s)
+               if t is not None and t > elapsed]
+        return max(0.1, min([self.poll_interval, *due]))
 
     async def on_kill(self) -> None:
         """A user killed the task: stop the jobs on the nodes (detached: bounded time)."""
