@@ -16,12 +16,15 @@ Everything goes through the real :class:`gpu_pool.store.Store` and the real engi
 
 from __future__ import annotations
 
+import tempfile
 from datetime import datetime, timedelta
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
 
+from gpu_pool.cli.demo import demo_org
 from gpu_pool.engine import plan
 from gpu_pool.model import NodeState, Outcome, Policy
 from gpu_pool.spec import parse_nodes, parse_nodes_document, parse_quota, parse_request, parse_team
@@ -63,7 +66,7 @@ def seed(store: Store, now: datetime, *, extra_nodes: int = 194,
     extra = synthetic_nodes(extra_nodes)
     nodes += parse_nodes(extra, source="synthetic", policy=policy)
     store.import_nodes(nodes, actor=ACTOR)
-    org = yaml.safe_load(_demo("teams.yaml"))
+    org = demo_org(Path(tempfile.gettempdir()))  # the page shows teams; nothing is sent
     for t in org["teams"]:
         store.upsert_team(parse_team(t), actor=ACTOR)
     for q in org["quotas"]:

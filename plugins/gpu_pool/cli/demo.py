@@ -45,6 +45,11 @@ def _data(name: str) -> str:
     return resources.files("gpu_pool").joinpath("demo_data", name).read_text()
 
 
+def demo_org(alerts_dir: Path) -> dict[str, Any]:
+    """The demo's teams and quotas; the teams' notices go to files in ``alerts_dir``."""
+    return yaml.safe_load(_data("teams.yaml").replace("{alerts}", str(alerts_dir)))
+
+
 def demo(args: argparse.Namespace, out: Any = None) -> int:
     import sys
 
@@ -71,7 +76,7 @@ def demo(args: argparse.Namespace, out: Any = None) -> int:
     table([{"node": n.name, "zone": n.zone, "model": n.gpu_model, "gpus": n.gpu_count}
            for n in nodes], ("node", "zone", "model", "gpus"), out)
 
-    org = yaml.safe_load(_data("teams.yaml").replace("{alerts}", str(alerts_dir)))
+    org = demo_org(alerts_dir)
     for t in org["teams"]:
         store.upsert_team(parse_team(t), actor=ACTOR)
     for q in org["quotas"]:
