@@ -28,11 +28,26 @@ class SpecError(GpuPoolError, ValueError):
     @property
     def message(self) -> str:
         prefix = f"{self.where}: " if self.where else ""
-        return f"{prefix}{self.field}: got {self.value!r}; expected {self.expected}"
+        return f"{prefix}{self.field}: got {shown(self.value)}; expected {self.expected}"
 
     def located(self, where: str) -> SpecError:
         """The same error, prefixed with where it happened (a file line, a task id)."""
         return SpecError(self.field, self.value, self.expected, where=where)
+
+
+SHOWN_CHARS = 60
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` for a one-line message: escaped (no newline, no raw control or
+    undecodable character gets through) and shortened when long, saying how long it was."""
+    if isinstance(value, str | bytes) and len(value) > SHOWN_CHARS:
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{value[:SHOWN_CHARS]!r}... ({len(value):,} {unit})"
+    text = repr(value)
+    if len(text) > 2 * SHOWN_CHARS:
+        return f"{text[:2 * SHOWN_CHARS]}... ({len(text):,} characters)"
+    return text
 
 
 class NotFoundError(GpuPoolError, LookupError):
@@ -43,9 +58,9 @@ class NotFoundError(GpuPoolError, LookupError):
         self.name = name
         hint = ""
         if known is not None:
-            shown = ", ".join(sorted(known)[:20]) or "none"
-            hint = f"; known {kind}s: {shown}"
-        super().__init__(f"no {kind} named {name!r}{hint}")
+            listed = ", ".join(sorted(known)[:20]) or "none"
+            hint = f"; known {kind}s: {listed}"
+        super().__init__(f"no {kind} named {shown(name)}{hint}")
 
 
 class ConflictError(GpuPoolError):

@@ -22,12 +22,12 @@ CASES: list[tuple[str, Case, str, str]] = [
      "outcome", "success, failed"),
     ("events limit", lambda s, now: s.events(limit=0), "limit", "1 or more"),
     ("quota gpus", lambda s, now: s.set_quota(make_quota(gpus=-1, start=now), "a"),
-     "gpus", "0 or more"),
+     "gpus", "from 0 to 1,000,000"),
     ("quota borrow", lambda s, now: s.set_quota(
         make_quota(start=now, borrow_limit_gpus=float("nan")), "a"), "borrow_limit_gpus",
-     "0 or more"),
+     "from 0 to 1,000,000"),
     ("node cpu", lambda s, now: s.import_nodes([make_node("x", cpu_milli=-5)], "t"),
-     "cpu_milli", "0 or more"),
+     "cpu_milli", "a whole number from 0 to 100,000,000"),
     ("node gpu indices", lambda s, now: s.import_nodes(
         [replace(make_node("x", 1), gpus=(Gpu(0, "A100", 1), Gpu(0, "A100", 1)))], "t"),
      "gpus", "distinct GPU indices"),
@@ -36,11 +36,18 @@ CASES: list[tuple[str, Case, str, str]] = [
     ("share of a gang", lambda s, now: s.submit_request(
         make_request("x", gpus=2, gpu_milli=500), "t", now), "gpu_share", "1 GPU on 1 node"),
     ("request nodes", lambda s, now: s.submit_request(make_request("x", nodes=0), "t", now),
-     "nodes", "1 or more"),
+     "nodes", "from 1 to 1024"),
     ("time limit", lambda s, now: s.submit_request(
         make_request("x", time_limit=timedelta(0)), "t", now), "time_limit", "positive"),
     ("utilization", lambda s, now: s.record_gpu_readings(
         "n1", [{"index": 0, "utilization_pct": 150}], now), "utilization_pct", "0..100"),
+    ("node memory past 1 PiB", lambda s, now: s.import_nodes(
+        [make_node("x", memory_mib=10**30)], "t"), "memory_mib", "from 0 to 1,073,741,824"),
+    ("request memory past 1 PiB", lambda s, now: s.submit_request(
+        make_request("x", memory_mib=10**30), "t", now), "memory_mib", "from 0 to"),
+    ("time limit past a year", lambda s, now: s.submit_request(
+        make_request("x", time_limit=timedelta(days=400)), "t", now), "time_limit",
+     "at most 366 days"),
     ("memory used", lambda s, now: s.record_gpu_readings(
         "n1", [{"index": 0, "memory_used_mib": -1}], now), "memory_used_mib", "0 or more"),
 ]

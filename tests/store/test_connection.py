@@ -26,7 +26,9 @@ def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
 def test_resolution_order(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     default = f"sqlite:///{tmp_path / 'airflow-home' / 'gpu_pool.db'}"
     assert resolve_db_url(None) == default
-    assert (tmp_path / "airflow-home").is_dir()  # created, so SQLite can make its file
+    # Resolving makes nothing: only a command that creates a store (db migrate) makes its
+    # folder, and any other refuses a store that is not there.
+    assert not (tmp_path / "airflow-home").exists()
     env.setenv("AIRFLOW_CONN_GPU_POOL_DB", "postgres://af:pw@db.example.com:5433/gp")
     assert resolve_db_url(None) == "postgresql://af:pw@db.example.com:5433/gp"
     env.setenv("GPU_POOL_DB_URL", "postgresql://env@h/e")
@@ -99,3 +101,23 @@ def test_configured_airflow_is_asked_for_the_connection(env: pytest.MonkeyPatch,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "postgresql://al:pw@db.example.com/gp"
+
+
+def test_a_store_that_is_not_there_is_refused_unless_created(tmp_path: Path) -> None:
+    from gpu_pool.errors import SpecError
+    from gpu_pool.store import Store
+
+    url = f"sqlite:///{tmp_path / 'typo' / 'gpu_pool.db'}"
+    with pytest.raises(SpecError, match=r"^db: got 'sqlite:///.*; expected an existing gpu-pool "
+                                        r"store; create one with `gpu-pool --db sqlite:///"
+                                        r".*/typo/gpu_pool.db db migrate` \(no file "):
+        Store.from_url(url, create=False)
+    assert not (tmp_path / "typo").exists()
+    empty = tmp_path / "empty.db"
+    empty.touch()  # a SQLite file without gpu-pool's schema
+    with pytest.raises(SpecError, match="the database has no gpu-pool schema"):
+        Store.from_url(f"sqlite:///{empty}", create=False)
+    made = Store.from_url(url)  # create=True (db migrate, the demo, the executor)
+    made.migrate()
+    made.close()
+    Store.from_url(url, create=False).close()

@@ -43,7 +43,7 @@ from gpu_pool.api.schemas import (
 )
 from gpu_pool.errors import ConflictError, NotFoundError, SpecError, StoreError
 from gpu_pool.model import NodeState, Policy
-from gpu_pool.spec import parse_quota
+from gpu_pool.spec import parse_name, parse_quota, parse_text
 from gpu_pool.store import Store, resolve_db_url
 
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"
@@ -221,8 +221,9 @@ def create_app(store_factory: Callable[[], Store] | None = None,
     def post_node_state(name: str, change: NodeStateChange,
                         user: AdminUser) -> NodeStateChanged:
         who = actor_name(user)
-        changed = store().set_node_state(name, NodeState(change.state), actor=who,
-                                         reason=change.reason)
+        reason = None if change.reason is None else parse_text(change.reason, "reason")
+        changed = store().set_node_state(parse_name(name), NodeState(change.state), actor=who,
+                                         reason=reason)
         return NodeStateChanged(node=name, state=change.state, changed=changed, actor=who)
 
     @app.get("/", include_in_schema=False)

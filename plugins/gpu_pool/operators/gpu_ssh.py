@@ -52,7 +52,7 @@ from gpu_pool.remote.job import (
     make_job_id,
 )
 from gpu_pool.remote.runner import RemoteJobRunner
-from gpu_pool.spec import parse_duration
+from gpu_pool.spec import parse_duration, parse_number
 from gpu_pool.triggers.remote_job import GpuRemoteJobTrigger
 
 EXECUTOR_ALIAS = "GpuPool"
@@ -143,7 +143,11 @@ class GpuSSHOperator(BaseOperator):
             self.kill_grace_s = _seconds(kill_grace, "kill_grace") or DEFAULT_KILL_GRACE_S
         except SpecError as error:
             raise error.located(where) from None
-        self.poll_interval = poll_interval
+        try:
+            self.poll_interval = parse_number(poll_interval, "poll_interval", minimum=0.05,
+                                              maximum=3600)
+        except SpecError as error:
+            raise error.located(where) from None
         self.remote_base_dir = remote_base_dir
         try:
             RemoteJob("parse-check", remote_base_dir)  # the directory, checked at parse time

@@ -12,8 +12,10 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any, TypeVar
 
+from gpu_pool import limits
 from gpu_pool.errors import SpecError
 from gpu_pool.model import MILLI_PER_GPU, Node, Quota, Request
 
@@ -27,25 +29,29 @@ def enum_value(value: Any, kind: type[E], field: str) -> E:
         raise SpecError(field, value, "one of " + ", ".join(str(m.value) for m in kind)) from None
 
 
-def _non_negative(value: Any, field: str, what: str = "a number, 0 or more") -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(
-            value) or value < 0:
-        raise SpecError(field, value, what)
+def _non_negative(value: Any, field: str, top: float, where: str | None = None) -> None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not (
+            isinstance(value, int) or math.isfinite(value)) or not 0 <= value <= top:
+        raise SpecError(field, value, f"a number from 0 to {top:,.10g}", where=where)
+
+
+def _whole(value: Any, field: str, top: int, where: str | None = None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= top:
+        raise SpecError(field, value, f"a whole number from 0 to {top:,}", where=where)
 
 
 def check_node(node: Node) -> None:
     where = f"node {node.name!r}"
-    for field in ("cpu_milli", "memory_mib"):
-        value = getattr(node, field)
-        if not isinstance(value, int) or value < 0:
-            raise SpecError(field, value, "a whole number, 0 or more", where=where)
-    _non_negative(node.bandwidth_mb_s, "bandwidth_mb_s")
+    _whole(node.cpu_milli, "cpu_milli", limits.MAX_CPU_CORES * 1000, where)
+    _whole(node.memory_mib, "memory_mib", limits.MAX_MEMORY_MIB, where)
+    _non_negative(node.bandwidth_mb_s, "bandwidth_mb_s", limits.MAX_BANDWIDTH_MB_S, where)
     indices = [g.index for g in node.gpus]
-    if len(set(indices)) != len(indices) or any(i < 0 for i in indices):
-        raise SpecError("gpus", indices, "distinct GPU indices 0, 1, 2, ...", where=where)
+    if len(set(indices)) != len(indices) or any(i < 0 for i in indices) \
+            or len(indices) > limits.MAX_GPUS_PER_NODE:
+        raise SpecError("gpus", indices, "distinct GPU indices 0, 1, 2, ... (at most "
+                        f"{limits.MAX_GPUS_PER_NODE})", where=where)
     for gpu in node.gpus:
-        if not isinstance(gpu.memory_mib, int) or gpu.memory_mib < 0:
-            raise SpecError("gpu memory", gpu.memory_mib, "MiB, 0 or more", where=where)
+        _whole(gpu.memory_mib, "gpu memory", limits.MAX_MEMORY_MIB, where)
 
 
 def check_request(request: Request) -> None:
@@ -56,21 +62,27 @@ def check_request(request: Request) -> None:
     if request.gpu_milli < MILLI_PER_GPU and (request.gpus != 1 or request.nodes != 1):
         raise SpecError("gpu_share", request.gpu_milli,
                         "a share only for a request of 1 GPU on 1 node")
-    if not isinstance(request.nodes, int) or request.nodes < 1:
-        raise SpecError("nodes", request.nodes, "a whole number of nodes, 1 or more")
-    for field in ("cpu_milli", "memory_mib", "min_gpu_memory_mib"):
+    if not isinstance(request.nodes, int) or not 1 <= request.nodes <= limits.MAX_GANG_NODES:
+        raise SpecError("nodes", request.nodes,
+                        f"a whole number of nodes from 1 to {limits.MAX_GANG_NODES}")
+    if request.gpus > limits.MAX_GPUS_PER_NODE:
+        raise SpecError("gpus", request.gpus, f"at most {limits.MAX_GPUS_PER_NODE} per node")
+    _whole(request.cpu_milli, "cpu_milli", limits.MAX_CPU_CORES * 1000)
+    _whole(request.memory_mib, "memory_mib", limits.MAX_MEMORY_MIB)
+    _whole(request.min_gpu_memory_mib, "min_gpu_memory_mib", limits.MAX_MEMORY_MIB)
+    for field in ("time_limit", "estimated_runtime"):
         value = getattr(request, field)
-        if not isinstance(value, int) or value < 0:
-            raise SpecError(field, value, "a whole number, 0 or more")
-    if request.time_limit is not None and request.time_limit.total_seconds() <= 0:
-        raise SpecError("time_limit", str(request.time_limit), "a positive duration like 6h")
+        if value is not None and not timedelta(0) < value <= limits.MAX_DURATION:
+            raise SpecError(field, str(value), "a positive duration like 6h, at most 366 days")
+    if request.dataset is not None:
+        _non_negative(request.dataset.size_gib, "dataset_size_gib", limits.MAX_DATASET_GIB)
 
 
 def check_quota(quota: Quota) -> None:
-    _non_negative(quota.gpus, "gpus")
-    _non_negative(quota.borrow_limit_gpus, "borrow_limit_gpus")
+    _non_negative(quota.gpus, "gpus", limits.MAX_QUOTA_GPUS)
+    _non_negative(quota.borrow_limit_gpus, "borrow_limit_gpus", limits.MAX_QUOTA_GPUS)
     if quota.gpu_hour_budget is not None:
-        _non_negative(quota.gpu_hour_budget, "gpu_hour_budget")
+        _non_negative(quota.gpu_hour_budget, "gpu_hour_budget", limits.MAX_GPU_HOURS)
     if quota.expires_at <= quota.valid_from:
         raise SpecError("expires_at", quota.expires_at.isoformat(),
                         f"a time after valid_from ({quota.valid_from.isoformat()})")

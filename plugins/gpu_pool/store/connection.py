@@ -59,9 +59,7 @@ def resolve_db_url(cli_value: str | None = None) -> str:
     from_airflow = airflow_connection_url()
     if from_airflow:
         return from_airflow
-    home = airflow_home()
-    home.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{home / 'gpu_pool.db'}"
+    return f"sqlite:///{airflow_home() / 'gpu_pool.db'}"
 
 
 def airflow_connection_url() -> str | None:
@@ -131,6 +129,16 @@ def parse_url(url: str) -> URL:
     return parsed
 
 
+def sqlite_path(url: str) -> Path | None:
+    """The file of a file-backed SQLite URL (None for PostgreSQL or an in-memory database)."""
+    parsed = parse_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:" \
+            or database.startswith("file:"):
+        return None
+    return Path(database).expanduser()
+
+
 def display_url(url: str | URL) -> str:
     """The URL with any password hidden, for messages."""
     try:
@@ -145,8 +153,6 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "postgresql":
         return create_engine(parsed, pool_pre_ping=True, pool_size=2, max_overflow=4)
     database = parsed.database or ""
-    if database and database != ":memory:" and not database.startswith("file:"):
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
     file_backed = bool(database) and database != ":memory:"
 

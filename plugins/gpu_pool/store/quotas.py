@@ -17,6 +17,7 @@ stored counter that could drift; every set writes a ``quota.set`` event in its t
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, text
 
@@ -35,16 +36,7 @@ def set_quota(conn: Connection, quota: Quota, actor: str, now: datetime) -> Quot
         raise SpecError("team", quota.team, "a known team: " + (", ".join(teams) or "none yet "
                         "(create one with `gpu-pool team add`)"))
     check_quota(quota)
-    existing = None
-    if quota.id is not None:
-        existing = conn.execute(text("SELECT * FROM quotas WHERE id = :id"),
-                                {"id": quota.id}).mappings().first()
-    if existing is None:
-        existing = conn.execute(
-            text("SELECT * FROM quotas WHERE team = :t AND purpose = :p AND "
-                 "COALESCE(gpu_model, '') = :m"),
-            {"t": quota.team, "p": str(quota.purpose), "m": quota.gpu_model or ""},
-        ).mappings().first()
+    existing = _existing_row(conn, quota)
     if existing is None:
         quota_id = quota.id or new_id()
         conn.execute(text(
@@ -66,6 +58,27 @@ def set_quota(conn: Connection, quota: Quota, actor: str, now: datetime) -> Quot
     events.record(conn, now, "quota", quota_id, kind, actor,
                   data={"before": before, "after": _summary(saved)})
     return saved
+
+
+def _existing_row(conn: Connection, quota: Quota) -> Any:
+    """The stored quota ``quota`` would replace: same id, else same team, purpose, model."""
+    existing = None
+    if quota.id is not None:
+        existing = conn.execute(text("SELECT * FROM quotas WHERE id = :id"),
+                                {"id": quota.id}).mappings().first()
+    if existing is None:
+        existing = conn.execute(
+            text("SELECT * FROM quotas WHERE team = :t AND purpose = :p AND "
+                 "COALESCE(gpu_model, '') = :m"),
+            {"t": quota.team, "p": str(quota.purpose), "m": quota.gpu_model or ""},
+        ).mappings().first()
+    return existing
+
+
+def replaced_quota(conn: Connection, quota: Quota) -> Quota | None:
+    """The stored quota that setting ``quota`` would replace, if any."""
+    row = _existing_row(conn, quota)
+    return None if row is None else quota_from_row(row)
 
 
 def _summary(q: Quota) -> dict[str, object]:

@@ -25,7 +25,7 @@ Invariants
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -48,7 +48,7 @@ from gpu_pool.model import (
 )
 from gpu_pool.store import allocations, apply, events, fleet, ledger, migrate, quotas, requests
 from gpu_pool.store.checks import enum_value
-from gpu_pool.store.connection import WRITE_OPTION, display_url, make_engine
+from gpu_pool.store.connection import WRITE_OPTION, display_url, make_engine, sqlite_path
 
 if TYPE_CHECKING:  # the engine (OR-Tools, numpy) costs seconds to import; types only
     from gpu_pool.engine.types import Plan, Snapshot
@@ -73,20 +73,41 @@ class Store:
         self._schema_ok = False
 
     @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> Store:
-        """Connect (checking the server answers); the schema is checked on first use."""
-        try:
-            engine = make_engine(url)
-        except OSError as error:  # the SQLite file's folder cannot be created
-            raise StoreError(f"store at {display_url(url)}: cannot create its folder "
-                             f"({error.strerror or error})") from None
+    def from_url(cls, url: str, *, create: bool = True, **kwargs: Any) -> Store:
+        """Connect (checking the server answers); the schema is checked on first use.
+
+        ``create=False`` refuses a URL where no store exists yet — a SQLite file that is
+        not there, a database without gpu-pool's schema — with a :class:`SpecError` that
+        says how to create one; nothing is created. ``create=True`` makes a SQLite file's
+        folder when it is missing.
+        """
+        where = display_url(url)
+        make = ("an existing gpu-pool store; create one with "
+                f"`gpu-pool --db {where} db migrate`")
+        sqlite_file = sqlite_path(url)
+        if sqlite_file is not None:
+            if not create and not sqlite_file.is_file():
+                raise SpecError("db", where, f"{make} (no file {sqlite_file})")
+            if create:
+                try:
+                    sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as error:
+                    raise StoreError(f"store at {where}: cannot create its folder "
+                                     f"({error.strerror or error})") from None
+        engine = make_engine(url)
         store = cls(engine, url, **kwargs)
         try:
-            with engine.connect() as conn:
+            with engine.connect() as conn, conn.begin():
                 conn.execute(text("SELECT 1"))
+                if not create and migrate.applied_versions(conn) is None:
+                    raise SpecError("db", where, f"{make} (the database has no gpu-pool "
+                                    "schema)")
         except SQLAlchemyError as error:
             engine.dispose()
             raise store._unreachable(error) from None
+        except SpecError:
+            engine.dispose()
+            raise
         return store
 
     @property
@@ -197,6 +218,17 @@ class Store:
         with self._write() as conn:
             return quotas.set_quota(conn, quota, actor, self.clock())
 
+    def set_quotas(self, items: Sequence[Quota], actor: str
+                   ) -> list[tuple[Quota, Quota | None]]:
+        """Set every quota in one transaction (all or none); for each, (saved, the quota it
+        replaced or None)."""
+        done = []
+        with self._write() as conn:
+            for quota in items:
+                before = quotas.replaced_quota(conn, quota)
+                done.append((quotas.set_quota(conn, quota, actor, self.clock()), before))
+        return done
+
     def list_quotas(self) -> list[Quota]:
         with self._read() as conn:
             return quotas.list_quotas(conn)
@@ -217,6 +249,14 @@ class Store:
         with self._write() as conn:
             return requests.submit_request(conn, request, actor, now or self.clock(), linked,
                                            policy)
+
+    def submit_requests(self, items: Sequence[Request], actor: str,
+                        now: datetime | None = None) -> list[Request]:
+        """Record several pending requests in one transaction: all of them, or none."""
+        unlinked = requests.check_external({})
+        with self._write() as conn:
+            at = now or self.clock()
+            return [requests.submit_request(conn, r, actor, at, unlinked, None) for r in items]
 
     def get_request(self, name: str) -> Request | None:
         with self._read() as conn:
