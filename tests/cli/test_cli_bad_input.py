@@ -7,6 +7,7 @@ Runs on a fresh SQLite store seeded with one team and one node, so "never fits" 
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,7 @@ BAD_INPUTS = [
      "expires_at: got 'next tuesday'; expected an ISO 8601 time"),
     ("quota with negative GPUs", ["quota", "set", "--team", "nlp", "--purpose", "training",
                                   "--gpus", "-4", "--expires", "2027-01-01"],
-     "gpus: got '-4'; expected a number at least 0"),
+     "gpus: got '-4'; expected a whole number of GPUs from 0 to 1,000,000"),
     ("bad request name", ["submit", "--name", "has space", "--team", "nlp"],
      "name: got 'has space'; expected 1-250 characters"),
     ("bad outcome", ["release", "r", "--outcome", "meh"],
@@ -73,7 +74,7 @@ BAD_NODE_FILES = [
     ("negative GPU count", "nodes:\n  - {name: a, gpu_model: T4, gpus: -1}\n",
      "node #1: gpus: got -1; expected a GPU count from 0 to 64"),
     ("negative CPU", "nodes:\n  - {name: a, gpu_model: T4, gpus: 1, cpu: -8}\n",
-     "node #1: cpu: got -8; expected a number at least 0"),
+     "node #1: cpu: got -8; expected cores as a number (e.g. 8 or 0.5) up to 100,000"),
     ("unknown node model", "nodes:\n  - {name: a, gpu_model: K80, gpus: 2}\n",
      "node #1: gpu_model: got 'K80'; expected a known GPU model"),
     ("typo in a field", "nodes:\n  - {name: a, gpu_model: T4, gpuz: 2}\n",
@@ -130,10 +131,29 @@ def test_duplicate_node_already_stored_is_refused(db: str, tmp_path: Path,
     assert "n1" in capsys.readouterr().err
 
 
-def test_usage_error_exits_2(db: str, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--db", db, "submit", "--gpus"])
-    assert exit_info.value.code == 2
+def test_usage_error_exits_2_in_one_line(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["--db", db, "submit", "--gpus"]) == 2
+    assert capsys.readouterr().err == ("gpu-pool submit: error: argument --gpus: expected one "
+                                       "argument (see gpu-pool submit --help)\n")
+
+
+def test_every_help_text_renders(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse %-formats help strings: a bare % crashed `gpu-pool simulate --help`."""
+    from gpu_pool.cli import build_parser
+
+    def commands(parser, prefix):  # noqa: ANN001, ANN202
+        yield prefix
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from commands(sub, [*prefix, name])
+
+    found = list(commands(build_parser(), []))
+    assert ["simulate", "packing"] in found and len(found) > 20
+    for argv in found:
+        assert main([*argv, "--help"]) == 0, argv
+        assert "usage: gpu-pool" in capsys.readouterr().out
 
 
 def test_unreachable_store_exits_1_without_traceback(capsys: pytest.CaptureFixture[str]) -> None:

@@ -54,12 +54,12 @@ def test_replay_prints_the_report(capsys: pytest.CaptureFixture[str]) -> None:
     [
         (["packing", "--policy", "bestest", "--seeds", "42"], "policy: got 'bestest'"),
         (["packing", "--policy", "fgd", "--seeds", "x-y"], "seeds: got 'x-y'"),
-        (["packing", "--policy", "engine", "--seeds", "42", "--batch", "0"], "batch: got 0"),
+        (["packing", "--policy", "engine", "--seeds", "42", "--batch", "0"], "batch: got '0'; expected an integer from 1 to 100,000"),
         (["replay", "--policy", "random"], "policy: got 'random'"),
-        (["replay", "--policy", "fifo", "--fleet-fraction", "2"], "fleet-fraction: got 2.0"),
-        (["replay", "--policy", "engine", "--reserve-after", "-5"], "reserve-after: got -5.0"),
+        (["replay", "--policy", "fifo", "--fleet-fraction", "2"], "fleet-fraction: got '2'; expected a number greater than 0 and at most 1"),
+        (["replay", "--policy", "engine", "--reserve-after", "-5"], "reserve-after: got '-5'; expected a number at least 0"),
         (["replay", "--policy", "engine", "--max-reservations", "-1"],
-         "max-reservations: got -1"),
+         "max-reservations: got '-1'; expected an integer from 0 to 10,000"),
     ],
 )
 def test_bad_arguments_exit_2(argv: list[str], message: str,

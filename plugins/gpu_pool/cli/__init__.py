@@ -7,7 +7,10 @@ Each command module (``fleet``, ``workload``, ``demo``, ``simulate``, ``ops``) d
 * exit 0 on success, 2 on bad input (a :class:`~gpu_pool.errors.SpecError` or an argparse
   usage error), 1 on any other failure;
 * a user never sees a traceback: errors print as one ``gpu-pool: error: ...`` line
-  (set ``GPU_POOL_DEBUG=1`` to get the traceback too).
+  (set ``GPU_POOL_DEBUG=1`` to get the traceback too); a usage error too is one line, which
+  names the command and the flag and points to ``--help``;
+* every value from the shell is validated by :mod:`gpu_pool.spec` (bounded numbers, decoded
+  text, files checked before any work), the same rules as every other way in.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse that exits 2 with one clear line (it already does) and never a traceback."""
 
     def error(self, message: str) -> None:  # noqa: D102 - argparse API
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        # One line, as every other refusal: the usage block would make it a dozen.
+        message = " ".join(message.split())
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,7 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help (0) or a usage error (2, its line already printed)
+        return done.code if isinstance(done.code, int) else 2
     # Defaults here, not in the parsers: the flags are shared by every subcommand parser,
     # and a default set on one of them would override a value given before the command.
     for name, default in (("db", None), ("json", False)):
@@ -84,7 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def add_command(subparsers: argparse._SubParsersAction, name: str, help_text: str,
                 **kwargs: object) -> argparse.ArgumentParser:
     """A subcommand parser that also accepts the global ``--db`` and ``--json``."""
-    return subparsers.add_parser(name, help=help_text, description=help_text,
+    # argparse %-formats help strings (not descriptions): a bare % in a help text crashed
+    # `--help` of the parent command.
+    return subparsers.add_parser(name, help=help_text.replace("%", "%%"), description=help_text,
                                  parents=[subparsers.common], **kwargs)  # type: ignore[attr-defined]
 
 

@@ -63,30 +63,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dags", type=Path, default=None,
                         help="with --airflow: the DAGs folder (default: the dags/ folder of "
                              "this checkout)")
-    parser.add_argument("--port", type=int, default=8080,
+    parser.add_argument("--port", default="8080",
                         help="with --airflow: the api-server's port (default 8080)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="with --airflow: the address the api-server listens on (default "
                              "127.0.0.1: this machine only; 0.0.0.0 for every interface)")
-    parser.add_argument("--timeout", type=float, default=600.0,
+    parser.add_argument("--timeout", default="600",
                         help="with --airflow: give up after this many seconds (default 600)")
     parser.add_argument("--keep-running", action="store_true",
                         help="with --airflow: keep Airflow up after the runs, until Ctrl-C")
 
 
 def airflow_demo(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    from gpu_pool.spec import parse_int, parse_number
+
     out = out or sys.stdout
-    home = _fresh_home(args.home)
+    args.port = parse_int(args.port, "port", minimum=1, maximum=65535,
+                          hint="a TCP port from 1 to 65535")
+    args.timeout = parse_number(args.timeout, "timeout", maximum=86_400, strict=True)
+    _check_host(args.host)
     dags = _dags_folder(args.dags)
-    if not 0 < args.port < 65536:
-        raise SpecError("port", args.port, "a TCP port from 1 to 65535")
+    home = _fresh_home(args.home)  # after every value is checked: it wipes a previous demo
     if _port_taken(args.port):
         raise SpecError("port", args.port,
                         "a free port (this one is taken: stop what listens there, or pass "
                         "--port with another)")
-    if not args.timeout > 0:
-        raise SpecError("timeout", args.timeout, "a positive number of seconds")
-    _check_host(args.host)
     from gpu_pool.simnode.server import airflow_env, sim_fleet
 
     say = _Say(out)

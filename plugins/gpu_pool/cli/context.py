@@ -8,6 +8,7 @@ from functools import cache
 
 from sqlalchemy.engine import make_url
 
+from gpu_pool.errors import SpecError
 from gpu_pool.model import Policy
 
 
@@ -25,12 +26,21 @@ def policy() -> Policy:
     return Policy()
 
 
-def open_store(args: argparse.Namespace, *, migrate: bool = True):  # noqa: ANN201 - Store
-    """The store for this command; migrated on first use so no command meets an empty schema."""
+def open_store(args: argparse.Namespace, *, create: bool = False):  # noqa: ANN201 - Store
+    """The store for this command.
+
+    It must already exist (a typo in a production URL must not start a new, empty fleet)
+    unless the command's job is to create one (``create``: ``db migrate``, ``demo``). An
+    existing store of an older schema is upgraded in place.
+    """
     from gpu_pool.store import Store, resolve_db_url
 
-    url = resolve_db_url(getattr(args, "db", None) or None)
-    store = Store.from_url(url)
-    if migrate and not os.environ.get("GPU_POOL_NO_AUTO_MIGRATE"):
+    given = getattr(args, "db", None)
+    if given is not None and not given.strip():
+        raise SpecError("db", given, "a store URL like sqlite:///path/to/gpu_pool.db or "
+                        "postgresql://user@host/db (or leave --db out for the default)")
+    url = resolve_db_url(given)
+    store = Store.from_url(url, create=create)
+    if not os.environ.get("GPU_POOL_NO_AUTO_MIGRATE"):
         store.migrate()
     return store

@@ -65,8 +65,14 @@ def demo(args: argparse.Namespace, out: Any = None) -> int:
     alerts_dir = folder / "alerts"
     alerts_dir.mkdir()
     url = args.db or f"sqlite:///{folder / 'store.db'}"
+    if args.db is not None and not args.db.strip():
+        raise SpecError("db", args.db, "a store URL for the demo, or no --db (a fresh one)")
     store = Store.from_url(url)
     store.migrate()
+    if store.list_teams() or store.list_nodes():  # the demo loads its own fleet and teams
+        store.close()
+        raise SpecError("db", display_url(url), "a new or empty store: the demo loads its "
+                        "own fleet, teams and queue (this one holds a fleet already)")
     say = out.write
     say(f"gpu-pool demo: store {display_url(url)} (migrated)\n\n")
 

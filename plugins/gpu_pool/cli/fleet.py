@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -11,7 +12,15 @@ from gpu_pool.cli.context import display_url, open_store, policy
 from gpu_pool.cli.output import emit, emit_object
 from gpu_pool.errors import SpecError
 from gpu_pool.model import NodeState
-from gpu_pool.spec import parse_name, parse_nodes_document, parse_quota, parse_team
+from gpu_pool.spec import (
+    parse_name,
+    parse_nodes_document,
+    parse_quota,
+    parse_team,
+    parse_text,
+    parse_yaml,
+    read_input_file,
+)
 
 ACTOR = "cli"
 
@@ -22,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         func=db_migrate)
 
     team = add_group(subparsers, "team", "teams that own quota")
-    p = add_command(team, "add", "add a team (or update its notification channels)")
+    p = add_command(team, "add", "add a team, or change the channels given of an existing one")
     p.add_argument("name")
     p.add_argument("--email", dest="notify_email", help="where alerts go by e-mail")
     p.add_argument("--webhook", dest="notify_webhook", help="a Slack-style webhook URL")
@@ -30,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_command(team, "list", "list teams").set_defaults(func=team_list)
 
     nodes = add_group(subparsers, "nodes", "the GPU hosts of the fleet")
-    p = add_command(nodes, "import", "add nodes from a YAML file")
+    p = add_command(nodes, "import", "add nodes from a YAML file (all of them, or none)")
     p.add_argument("file", type=Path)
     p.add_argument("--replace", action="store_true", help="update nodes that already exist")
     p.set_defaults(func=nodes_import)
@@ -53,11 +62,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--borrow", dest="borrow_limit_gpus", help="GPUs it may borrow when idle")
     p.add_argument("--budget", dest="gpu_hour_budget", help="GPU-hours per period")
     p.set_defaults(func=quota_set)
+    p = add_command(quota, "import", "grant the quotas of a YAML file (all of them, or none)")
+    p.add_argument("file", type=Path)
+    p.set_defaults(func=quota_import)
     add_command(quota, "list", "list quotas with their usage").set_defaults(func=quota_list)
 
 
 def db_migrate(args: argparse.Namespace) -> int:
-    store = open_store(args, migrate=False)
+    store = open_store(args, create=True)  # making the store is this command's job
     applied = store.migrate()
     emit_object(args.json, {"store": display_url(str(store.url)),
                             "applied": list(applied) or "none (up to date)"})
@@ -65,12 +77,28 @@ def db_migrate(args: argparse.Namespace) -> int:
 
 
 def team_add(args: argparse.Namespace) -> int:
+    """A new team, or only the given channels of an existing one (nothing given: a no-op
+    that says so; a channel not given is never wiped)."""
+    given = {k: getattr(args, k) for k in ("notify_email", "notify_webhook")
+             if getattr(args, k) is not None}
+    team = parse_team({"name": args.name, **given})
     store = open_store(args)
-    fields = {k: getattr(args, k) for k in ("name", "notify_email", "notify_webhook")
-              if getattr(args, k) is not None}
-    team = store.upsert_team(parse_team(fields), actor=ACTOR)
+    existing = next((t for t in store.list_teams() if t.name == team.name), None)
+    if existing is not None:
+        merged = dataclasses.replace(existing, **given)
+        if merged == existing:
+            emit_object(args.json, {"team": team.name, "email": existing.notify_email,
+                                    "webhook": existing.notify_webhook,
+                                    "changed": "nothing (it exists; give --email or --webhook "
+                                               "to change its channels)"})
+            return 0
+        team = merged
+    store.upsert_team(team, actor=ACTOR)
+    changed = ("added" if existing is None else ", ".join(
+        f"{k.removeprefix('notify_')} {getattr(existing, k) or '-'} -> {v}"
+        for k, v in given.items() if getattr(existing, k) != v))
     emit_object(args.json, {"team": team.name, "email": team.notify_email,
-                            "webhook": team.notify_webhook})
+                            "webhook": team.notify_webhook, "changed": changed})
     return 0
 
 
@@ -82,13 +110,9 @@ def team_list(args: argparse.Namespace) -> int:
 
 
 def nodes_import(args: argparse.Namespace) -> int:
-    try:
-        text = args.file.read_text()
-    except OSError as error:
-        raise SpecError("file", str(args.file), f"a readable YAML file ({error.strerror})") from None
+    nodes = parse_nodes_document(read_input_file(args.file), str(args.file), policy=policy())
     store = open_store(args)
-    nodes = parse_nodes_document(text, str(args.file), policy=policy())
-    store.import_nodes(nodes, actor=ACTOR, replace=args.replace)
+    store.import_nodes(nodes, actor=ACTOR, replace=args.replace)  # one transaction
     rows = [{"node": n.name, "zone": n.zone, "model": n.gpu_model, "gpus": n.gpu_count,
              "state": n.state} for n in nodes]
     emit(args.json, rows, ("node", "zone", "model", "gpus", "state"))
@@ -115,23 +139,61 @@ def nodes_list(args: argparse.Namespace) -> int:
 
 
 def nodes_set_state(args: argparse.Namespace) -> int:
+    name, reason = parse_name(args.name), parse_text(args.reason, "reason")
     store = open_store(args)
-    store.set_node_state(parse_name(args.name), args.state, actor=ACTOR, reason=args.reason)
+    store.set_node_state(name, args.state, actor=ACTOR, reason=reason)
     emit_object(args.json, {"node": args.name, "state": args.state})
     return 0
 
 
 def quota_set(args: argparse.Namespace) -> int:
-    store = open_store(args)
     fields = {k: getattr(args, k) for k in ("team", "purpose", "gpus", "gpu_model", "valid_from",
                                             "expires_at", "borrow_limit_gpus", "gpu_hour_budget")
               if getattr(args, k) is not None}
     fields.setdefault("valid_from", datetime.now(UTC))
+    parse_quota(fields, policy=policy())  # the fields first, then the store's teams
+    store = open_store(args)
     quota = parse_quota(fields, policy=policy(),
                         known_teams={t.name for t in store.list_teams()})
-    saved = store.set_quota(quota, actor=ACTOR)
-    emit_object(args.json, _quota_row(saved, None))
+    ((saved, replaced),) = store.set_quotas([quota], actor=ACTOR)
+    emit_object(args.json, {**_quota_row(saved, None), "replaced": _replaced(replaced)})
     return 0
+
+
+def quota_import(args: argparse.Namespace) -> int:
+    """Every quota of a YAML file (``quotas: [...]`` or a bare list) in one transaction."""
+    source = str(args.file)
+    document = parse_yaml(read_input_file(args.file), source)
+    items = document.get("quotas") if isinstance(document, dict) else document
+    if not isinstance(items, list) or not items:
+        raise SpecError("quotas", type(items).__name__, "a list of quotas (or a mapping with "
+                        "a 'quotas' list)", where=source)
+    store = open_store(args)
+    teams = {t.name for t in store.list_teams()}
+    parsed = []
+    for i, item in enumerate(items):
+        where = f"{source}: quota #{i + 1}"
+        if not isinstance(item, dict):
+            raise SpecError("quota", item, "a mapping of quota fields", where=where)
+        try:
+            parsed.append(parse_quota(item, policy=policy(), known_teams=teams))
+        except SpecError as error:
+            raise error.located(where) from None
+    done = store.set_quotas(parsed, actor=ACTOR)  # all or nothing
+    rows = [{**_quota_row(saved, None), "replaced": _replaced(replaced)}
+            for saved, replaced in done]
+    emit(args.json, rows, ("team", "purpose", "model", "gpus", "valid_from", "expires_at",
+                           "replaced"))
+    return 0
+
+
+def _replaced(before) -> str:  # noqa: ANN001 - a Quota or None
+    """What an upsert replaced, in one phrase ('-' when the quota is new)."""
+    if before is None:
+        return "-"
+    budget = f", budget {before.gpu_hour_budget:g} GPU-h" if before.gpu_hour_budget else ""
+    return (f"{before.gpus:g} GPUs (borrow {before.borrow_limit_gpus:g}{budget}) valid "
+            f"{before.valid_from:%Y-%m-%d %H:%M} to {before.expires_at:%Y-%m-%d %H:%M}")
 
 
 def quota_list(args: argparse.Namespace) -> int:

@@ -13,12 +13,14 @@ import argparse
 from datetime import UTC, date, datetime
 from pathlib import Path
 
+from gpu_pool import limits
 from gpu_pool.cli import add_command, add_group
 from gpu_pool.cli.context import open_store, policy
 from gpu_pool.cli.output import emit
-from gpu_pool.errors import SpecError
+from gpu_pool.errors import shown
 from gpu_pool.notify.channels import EmailChannel, TeamChannels
 from gpu_pool.ops.config import OpsConfig
+from gpu_pool.spec import check_output_folder, parse_email, parse_int, parse_text
 
 ACTOR = "cli"
 
@@ -30,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="show the notices, send nothing")
     p.add_argument("--smtp-host", help="an SMTP relay without login (else the Airflow "
                                        "connection from the config)")
-    p.add_argument("--smtp-port", type=int, default=25)
+    p.add_argument("--smtp-port", default="25")
     p.add_argument("--smtp-from", default="gpu-pool@localhost")
     p.set_defaults(func=alerts_run)
 
@@ -61,18 +63,29 @@ def _config_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="JSON", help="ops settings as a JSON object")
 
 
+def _in_range(day: date) -> bool:
+    return limits.EARLIEST.date() <= day < limits.LATEST.date()
+
+
 def _day(value: str) -> date:
+    expected = f"a date YYYY-MM-DD from {limits.EARLIEST:%Y} to {limits.LATEST.year - 1}"
     try:
-        return date.fromisoformat(value)
+        day = date.fromisoformat(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"got {value!r}; expected a date YYYY-MM-DD") from None
+        raise argparse.ArgumentTypeError(f"got {shown(value)}; expected {expected}") from None
+    if not _in_range(day):
+        raise argparse.ArgumentTypeError(f"got {shown(value)}; expected {expected}")
+    return day
 
 
 def _month(value: str) -> str:
+    expected = f"a month YYYY-MM from {limits.EARLIEST:%Y} to {limits.LATEST.year - 1}"
     try:
-        date.fromisoformat(f"{value}-01")
+        first = date.fromisoformat(f"{value}-01")
     except ValueError:
-        raise argparse.ArgumentTypeError(f"got {value!r}; expected a month YYYY-MM") from None
+        raise argparse.ArgumentTypeError(f"got {shown(value)}; expected {expected}") from None
+    if len(value) != 7 or not _in_range(first):
+        raise argparse.ArgumentTypeError(f"got {shown(value)}; expected {expected}")
     return value
 
 
@@ -99,9 +112,12 @@ def alerts_run(args: argparse.Namespace) -> int:
                           "title": a.notice.subject} for a in planned],
              ("kind", "subject", "threshold", "team", "title"), empty="no notices due")
         return 0
-    if args.smtp_host:
-        channels = TeamChannels(EmailChannel(args.smtp_host, args.smtp_port, args.smtp_from,
-                                             use_ssl=False))
+    if args.smtp_host is not None:
+        channels = TeamChannels(EmailChannel(
+            parse_text(args.smtp_host, "smtp-host", max_chars=253, spaces=False,
+                       what="a host name"),
+            parse_int(args.smtp_port, "smtp-port", minimum=1, maximum=65535),
+            parse_email(args.smtp_from, "smtp-from", local=True), use_ssl=False))
     else:
         from gpu_pool.ops.airflow_adapters import team_channels
 
@@ -175,7 +191,10 @@ def ledger_export(args: argparse.Namespace) -> int:
 def report_run(args: argparse.Namespace) -> int:
     from gpu_pool.ops import report, runs
 
-    config, store, now = _config(args), open_store(args), _now()
+    config, now = _config(args), _now()
+    if args.out is not None:
+        check_output_folder(args.out, "out")
+    store = open_store(args)
     month = args.month or runs.previous_month(now)
     if args.upload:
         from gpu_pool.ops.airflow_adapters import object_store
@@ -184,10 +203,7 @@ def report_run(args: argparse.Namespace) -> int:
     else:
         built = runs.build_monthly_report(store, month, policy())
     if args.out:
-        try:
-            args.out.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise SpecError("--out", str(args.out), f"a writable folder ({error})") from None
+        args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "report.md").write_text(report.to_markdown(built))
         built.teams.to_csv(args.out / "teams.csv", index=False)
         built.top_tasks.to_csv(args.out / "top_tasks.csv", index=False)

@@ -11,9 +11,11 @@ import json
 import sys
 from typing import Any
 
+from gpu_pool import limits
 from gpu_pool.errors import SpecError
 from gpu_pool.sim.runner import POLICIES, packing_summary, parse_policy, parse_seeds, run_policy
 from gpu_pool.sim.trace import load_trace
+from gpu_pool.spec import check_output_file, parse_int, parse_number
 
 REPLAY_POLICIES = ("engine", "fifo", "bestfit")
 
@@ -28,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     packing.add_argument("--pods", required=True, help="task list CSV (openb format)")
     packing.add_argument("--policy", required=True, help="one of " + ", ".join(POLICIES))
     packing.add_argument("--seeds", default="42-51", help="seeds, like 42-51 (default)")
-    packing.add_argument("--batch", type=int, default=1,
+    packing.add_argument("--batch", default="1",
                          help="arrivals per engine cycle (default 1: online)")
     packing.add_argument("--placements", metavar="OUT.csv",
                          help="write one row per arrived task to this CSV")
@@ -42,20 +44,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     replay.add_argument("--nodes", required=True, help="node list CSV (openb format)")
     replay.add_argument("--pods", required=True, help="task list CSV with timestamps")
     replay.add_argument("--policy", required=True, help="one of " + ", ".join(REPLAY_POLICIES))
-    replay.add_argument("--heartbeat", type=float, default=60.0,
+    replay.add_argument("--heartbeat", default="60",
                         help="seconds of virtual time between placement cycles (default 60)")
-    replay.add_argument("--sample", type=float, default=1.0,
+    replay.add_argument("--sample", default="1",
                         help="keep this fraction of the tasks (seeded), to shorten a run")
-    replay.add_argument("--seed", type=int, default=42, help="seed of --sample (default 42)")
-    replay.add_argument("--max-cycle-tasks", type=int, default=2000,
+    replay.add_argument("--seed", default="42", help="seed of --sample (default 42)")
+    replay.add_argument("--max-cycle-tasks", default="2000",
                         help="most pending tasks the engine sees per cycle (queue head)")
-    replay.add_argument("--fleet-fraction", type=float, default=1.0,
+    replay.add_argument("--fleet-fraction", default="1",
                         help="replay on this share of the nodes, stratified by model and "
                              "size (the openb sample loads ~0.2%% of the full fleet)")
-    replay.add_argument("--reserve-after", type=float, default=None, metavar="SECONDS",
+    replay.add_argument("--reserve-after", default=None, metavar="SECONDS",
                         help="engine: a request pending this long reserves nodes "
                              "(Policy.reserve_after; default 3600, 0: off)")
-    replay.add_argument("--max-reservations", type=int, default=None, metavar="N",
+    replay.add_argument("--max-reservations", default=None, metavar="N",
                         help="engine: most starving requests holding nodes per cycle "
                              "(Policy.max_reservations; default 1, 0: off)")
     replay.set_defaults(func=replay_handler)
@@ -64,10 +66,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def packing_handler(args: argparse.Namespace) -> int:
     policy = parse_policy(args.policy)
     seeds = parse_seeds(args.seeds)
-    if args.batch < 1:
-        raise SpecError("batch", args.batch, "an integer >= 1")
+    batch = parse_int(args.batch, "batch", minimum=1, maximum=100_000)
+    if args.placements:
+        check_output_file(args.placements, "placements")  # before minutes of simulation
     trace = load_trace(args.nodes, args.pods)
-    runs = run_policy(trace, policy, seeds, batch=args.batch, exact=args.exact)
+    runs = run_policy(trace, policy, seeds, batch=batch, exact=args.exact)
     if args.placements:
         from gpu_pool.sim.runner import write_placements
         write_placements(args.placements, runs)
@@ -76,7 +79,7 @@ def packing_handler(args: argparse.Namespace) -> int:
         json.dump(summary, sys.stdout, indent=2)
         print()
         return 0
-    label = policy if args.batch == 1 else f"{policy} (batch {args.batch})"
+    label = policy if batch == 1 else f"{policy} (batch {batch})"
     print(f"{'seed':>6}  {'unallocated GPU % at 100% arrived':>34}  {'placed':>8}/{'arrived':<8}")
     for item in summary["seeds"]:
         print(f"{item['seed']:>6}  {item['unallocated_pct']:>34.2f}  "
@@ -92,22 +95,20 @@ def replay_handler(args: argparse.Namespace) -> int:
 
     if args.policy not in REPLAY_POLICIES:
         raise SpecError("policy", args.policy, "one of " + ", ".join(REPLAY_POLICIES))
-    if not args.heartbeat > 0:
-        raise SpecError("heartbeat", args.heartbeat, "a positive number of seconds")
-    if not 0 < args.sample <= 1:
-        raise SpecError("sample", args.sample, "a fraction in (0, 1]")
-    if not 0 < args.fleet_fraction <= 1:
-        raise SpecError("fleet-fraction", args.fleet_fraction, "a fraction in (0, 1]")
-    if args.reserve_after is not None and not args.reserve_after >= 0:
-        raise SpecError("reserve-after", args.reserve_after, "seconds, 0 (off) or more")
-    if args.max_reservations is not None and args.max_reservations < 0:
-        raise SpecError("max-reservations", args.max_reservations, "an integer >= 0 (0: off)")
+    day = 86_400.0
+    config = ReplayConfig(
+        heartbeat_s=parse_number(args.heartbeat, "heartbeat", maximum=day, strict=True),
+        sample=parse_number(args.sample, "sample", maximum=1, strict=True),
+        seed=parse_int(args.seed, "seed", minimum=0, maximum=2**32 - 1),
+        max_cycle_tasks=parse_int(args.max_cycle_tasks, "max-cycle-tasks", minimum=1,
+                                  maximum=1_000_000),
+        fleet_fraction=parse_number(args.fleet_fraction, "fleet-fraction", maximum=1,
+                                    strict=True),
+        reserve_after_s=None if args.reserve_after is None else parse_number(
+            args.reserve_after, "reserve-after", maximum=limits.MAX_DURATION.total_seconds()),
+        max_reservations=None if args.max_reservations is None else parse_int(
+            args.max_reservations, "max-reservations", minimum=0, maximum=10_000))
     trace = load_trace(args.nodes, args.pods)
-    config = ReplayConfig(heartbeat_s=args.heartbeat, sample=args.sample, seed=args.seed,
-                          max_cycle_tasks=args.max_cycle_tasks,
-                          fleet_fraction=args.fleet_fraction,
-                          reserve_after_s=args.reserve_after,
-                          max_reservations=args.max_reservations)
     result = run_replay(trace, args.policy, config)
     summary = replay_summary(result)
     if args.json:

@@ -12,15 +12,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpu_pool.cli import add_command
 from gpu_pool.cli.context import open_store, policy
 from gpu_pool.cli.output import emit, emit_object
 from gpu_pool.engine.types import Plan
 from gpu_pool.errors import NotFoundError, SpecError
 from gpu_pool.model import Outcome, Request
-from gpu_pool.spec import parse_enum, parse_name, parse_request
+from gpu_pool.spec import (
+    parse_enum,
+    parse_name,
+    parse_request,
+    parse_text,
+    parse_yaml,
+    read_input_file,
+)
 
 ACTOR = "cli"
 
@@ -52,7 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--not-ready", dest="data_ready", action="store_const", const=False,
                    help="its data is not ready yet: it waits holding nothing")
     p.add_argument("--preemptible", action="store_const", const=True)
-    p.add_argument("--file", type=Path, help="a YAML file with one request or a list of them")
+    p.add_argument("--file", type=Path, help="a YAML file with one request or a list of them "
+                                              "(all are submitted, or none)")
     p.set_defaults(func=submit)
 
     p = add_command(subparsers, "queue", "pending requests in placement order, with reasons")
@@ -75,35 +81,49 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _requests_from(args: argparse.Namespace) -> list[dict[str, Any]]:
+    flags = {dest: getattr(args, dest) for _, dest, _ in _SUBMIT_FLAGS}
+    flags.update(data_ready=args.data_ready, preemptible=args.preemptible)
+    given = {k: v for k, v in flags.items() if v is not None}
     if args.file is None:
-        fields = {dest: getattr(args, dest) for _, dest, _ in _SUBMIT_FLAGS}
-        fields["data_ready"] = args.data_ready
-        fields["preemptible"] = args.preemptible
-        return [{k: v for k, v in fields.items() if v is not None}]
-    try:
-        document = yaml.safe_load(args.file.read_text())
-    except OSError as error:
-        raise SpecError("file", str(args.file), f"a readable YAML file ({error.strerror})") from None
-    except yaml.YAMLError as error:
-        raise SpecError("file", str(args.file), f"valid YAML ({error})") from None
+        return [given]
+    if given:
+        raise SpecError(sorted(given)[0], given[sorted(given)[0]],
+                        "nothing beside --file: the file holds every field of its requests")
+    source = str(args.file)
+    document = parse_yaml(read_input_file(args.file), source)
     items = document if isinstance(document, list) else [document]
-    if not all(isinstance(i, dict) for i in items):
-        raise SpecError("file", str(args.file), "a mapping of request fields, or a list of them")
+    if not items or not all(isinstance(i, dict) for i in items):
+        raise SpecError("file", source, "a mapping of request fields, or a list of them")
     return items
 
 
 def submit(args: argparse.Namespace) -> int:
+    items = _requests_from(args)
     store = open_store(args)
     teams = {t.name for t in store.list_teams()}
     nodes = store.list_nodes()
     now = datetime.now(UTC)
     requests: list[Request] = []
-    for i, fields in enumerate(_requests_from(args)):
+    seen: dict[str, int] = {}
+    for i, fields in enumerate(items):
         try:
-            requests.append(parse_request(fields, policy=policy(), known_teams=teams, nodes=nodes))
+            request = parse_request(fields, policy=policy(), known_teams=teams, nodes=nodes,
+                                    now=now)
+            if request.name in seen:
+                raise SpecError("name", request.name, "a name given once in the file (request "
+                                f"#{seen[request.name] + 1} has it)")
         except SpecError as error:
             raise (error.located(f"{args.file}: request #{i + 1}") if args.file else error) from None
-    saved = [store.submit_request(r, actor=ACTOR, now=now) for r in requests]
+        seen[request.name] = i
+        requests.append(request)
+    try:
+        saved = store.submit_requests(requests, actor=ACTOR, now=now)  # all or none
+    except SpecError as error:
+        if not args.file:
+            raise
+        index = next((i for i, r in enumerate(requests) if r.name == error.value), None)
+        where = f"{args.file}: request #{index + 1}" if index is not None else str(args.file)
+        raise error.located(where) from None
     rows = [_request_row(r, now) for r in saved]
     emit(args.json, rows, ("request", "team", "priority", "gpus", "models", "state"))
     return 0
@@ -132,6 +152,8 @@ def _dry_run(store: Any, now: datetime) -> tuple[Any, Plan]:
 
 
 def queue(args: argparse.Namespace) -> int:
+    if args.team is not None:
+        parse_name(args.team, "team")
     store = open_store(args)
     now = datetime.now(UTC)
     snapshot, plan = _dry_run(store, now)
@@ -144,8 +166,9 @@ def queue(args: argparse.Namespace) -> int:
     for reason in plan.pending:
         rows.append({**_request_row(by_name[reason.request_name], now), "state": reason.code,
                      "reason": reason.message})
-    if args.team:
-        rows = [r for r in rows if r["team"] == args.team]
+    if args.team is not None:
+        team = parse_name(args.team, "team")
+        rows = [r for r in rows if r["team"] == team]
     emit(args.json, rows, ("request", "team", "priority", "gpus", "waited", "state", "reason"),
          empty="the queue is empty")
     return 0
@@ -181,8 +204,8 @@ def place(args: argparse.Namespace) -> int:
 
 
 def why(args: argparse.Namespace) -> int:
-    store = open_store(args)
     name = parse_name(args.name)
+    store = open_store(args)
     request = store.get_request(name)
     if request is None:
         raise NotFoundError("request", name)
@@ -212,9 +235,11 @@ def why(args: argparse.Namespace) -> int:
 
 
 def release(args: argparse.Namespace) -> int:
-    store = open_store(args)
+    name = parse_name(args.name)
     outcome = parse_enum(args.outcome, Outcome, "outcome")
-    store.release_request(parse_name(args.name), outcome=outcome, actor=ACTOR,
-                          reason=args.reason, now=datetime.now(UTC), policy=policy())
+    reason = parse_text(args.reason, "reason")
+    store = open_store(args)
+    store.release_request(name, outcome=outcome, actor=ACTOR,
+                          reason=reason, now=datetime.now(UTC), policy=policy())
     emit_object(args.json, {"request": args.name, "outcome": outcome})
     return 0

@@ -51,14 +51,14 @@ class OpsConfig:
             raise SpecError(f"{VARIABLE}.{unknown[0]}", raw[unknown[0]],
                             f"one of the keys {', '.join(sorted(known))}")
         values: dict[str, Any] = {}
-        for name in ("alert_days", "budget_alert_pcts"):
+        for name, top in (("alert_days", 3650), ("budget_alert_pcts", 1000)):
             if name in raw:
-                values[name] = _positive_ints(name, raw[name])
-        for name in ("expired_notice_days", "idle_minutes", "reclaim_grace_minutes",
-                     "catchup_max_periods"):
+                values[name] = _positive_ints(name, raw[name], top)
+        for name, low, top in (("expired_notice_days", 0, 3650), ("idle_minutes", 0, 525_600),
+                               ("reclaim_grace_minutes", 0, 525_600),
+                               ("catchup_max_periods", 1, 36_500)):
             if name in raw:
-                values[name] = _int_at_least(name, raw[name], 0 if name != "catchup_max_periods"
-                                             else 1)
+                values[name] = _int_in(name, raw[name], low, top)
         if "idle_util_pct" in raw:
             value = raw["idle_util_pct"]
             if isinstance(value, bool) or not isinstance(value, int | float) or not (
@@ -84,20 +84,23 @@ class OpsConfig:
         try:
             raw = json.loads(text)
         except json.JSONDecodeError as error:
-            raise SpecError(VARIABLE, text[:80], f"a JSON object ({error.msg})") from None
+            raise SpecError(VARIABLE, text, f"a JSON object ({error.msg})") from None
+        except RecursionError:
+            raise SpecError(VARIABLE, text, "a JSON object of plain settings") from None
         if not isinstance(raw, dict):
             raise SpecError(VARIABLE, raw, "a JSON object")
         return cls.from_mapping(raw)
 
 
-def _positive_ints(name: str, value: Any) -> tuple[int, ...]:
-    if not isinstance(value, list | tuple) or not value or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
-        raise SpecError(f"{VARIABLE}.{name}", value, "a non-empty list of positive integers")
+def _positive_ints(name: str, value: Any, top: int) -> tuple[int, ...]:
+    if not isinstance(value, list | tuple) or not value or len(value) > 100 or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 < v <= top for v in value):
+        raise SpecError(f"{VARIABLE}.{name}", value,
+                        f"a non-empty list of integers from 1 to {top:,}")
     return tuple(sorted(set(value), reverse=True))
 
 
-def _int_at_least(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise SpecError(f"{VARIABLE}.{name}", value, f"an integer >= {low}")
+def _int_in(name: str, value: Any, low: int, top: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= top:
+        raise SpecError(f"{VARIABLE}.{name}", value, f"an integer from {low} to {top:,}")
     return value

@@ -9,6 +9,7 @@ arrivals for the engine.
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,21 +27,27 @@ PLACEMENT_COLUMNS = ("seed", "arrival_index", "pod_name", "num_gpu", "gpu_milli"
                      "memory_mib", "gpu_spec", "node", "gpu_indices")
 
 
+MAX_SEEDS = 1000
+_SEED = re.compile(r"^\s*(\d{1,10})\s*(?:-\s*(\d{1,10})\s*)?$")
+
+
 def parse_seeds(text: str) -> tuple[int, ...]:
-    """``42-51``, ``42,45`` or ``42``."""
+    """``42-51``, ``42,45`` or ``42``: at most 1,000 seeds, each from 0 to 2**32 - 1."""
+    expected = (f"seeds from 0 to {2**32 - 1} like '42-51' or '42,43,44', at most "
+                f"{MAX_SEEDS:,} of them")
     seeds: list[int] = []
-    try:
-        for part in text.split(","):
-            part = part.strip()
-            if "-" in part:
-                low, high = (int(x) for x in part.split("-", 1))
-                if high < low:
-                    raise ValueError(part)
-                seeds.extend(range(low, high + 1))
-            elif part:
-                seeds.append(int(part))
-    except ValueError:
-        raise SpecError("seeds", text, "integers like '42-51' or '42,43,44'") from None
+    for part in str(text).split(","):
+        if not part.strip():
+            continue
+        match = _SEED.match(part)
+        if match is None:
+            raise SpecError("seeds", text, expected)
+        low = int(match.group(1))
+        high = int(match.group(2)) if match.group(2) else low
+        # Counted before a range is made: '1-4000000000' must not build a list first.
+        if high < low or high >= 2**32 or len(seeds) + high - low + 1 > MAX_SEEDS:
+            raise SpecError("seeds", text, expected)
+        seeds.extend(range(low, high + 1))
     if not seeds:
         raise SpecError("seeds", text, "at least one seed, like '42-51'")
     return tuple(seeds)

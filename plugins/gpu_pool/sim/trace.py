@@ -17,6 +17,7 @@ would be valid. A missing column is reported at ``FILE:1``.
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from pathlib import Path
 from gpu_pool.engine.fragmentation import MILLI, TaskShape
 from gpu_pool.errors import SpecError
 from gpu_pool.model import DEFAULT_GPU_MODELS
+from gpu_pool.spec import parse_int, read_input_file
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 TASK_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -31,6 +33,7 @@ TASK_OPTIONAL = ("gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time
                  "scheduled_time")
 QOS_VALUES = ("LS", "BE", "Burstable", "Guaranteed")
 MAX_GPUS_PER_NODE = 8
+MAX_CELL = 2**53  # any count or time in a trace: exact in a float, far inside int64
 KNOWN_MODELS: tuple[str, ...] = tuple(m.name for m in DEFAULT_GPU_MODELS)
 
 
@@ -88,31 +91,33 @@ class Trace:
 class _Rows:
     """A CSV file read row by row, with cell access that locates its errors."""
 
-    def __init__(self, path: Path, required: tuple[str, ...]) -> None:
+    def __init__(self, path: Path, required: tuple[str, ...], field: str) -> None:
+        """Reads the whole file (it must exist and be UTF-8) and checks its header: both
+        before any row is looked at."""
         self.path = path
-        self._handle = path.open(newline="", encoding="utf-8")
-        self._reader = csv.reader(self._handle)
+        self._reader = csv.reader(io.StringIO(read_input_file(path, field), newline=""))
         try:
             header = next(self._reader)
-        except StopIteration:
-            self._handle.close()
+        except (StopIteration, csv.Error):
             raise SpecError("header", "", "a header line with " + ", ".join(required),
                             where=f"{path}:1") from None
         self.column = {name.strip(): i for i, name in enumerate(header)}
         for name in required:
             if name not in self.column:
-                self._handle.close()
                 raise SpecError(name, None, "a column named " + repr(name) + " in the header ("
                                 + ", ".join(required) + ")", where=f"{path}:1")
         self.row: list[str] = []
 
     def __iter__(self) -> Iterator[_Rows]:
-        with self._handle:
+        try:
             for row in self._reader:
                 if not row or all(not c.strip() for c in row):
                     continue
                 self.row = row
                 yield self
+        except csv.Error as error:  # a NUL byte, a field past the csv module's size limit
+            raise SpecError("row", str(error), "a CSV row",
+                            where=f"{self.path}:{self._reader.line_num}") from None
 
     @property
     def line(self) -> int:
@@ -135,25 +140,21 @@ class _Rows:
         raw = self.text(name)
         if raw == "" and optional:
             return None
-        expected = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
+        hint = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
         try:
-            value = int(raw)
-        except ValueError:
-            try:
-                as_float = float(raw)
-            except ValueError:
-                as_float = None
-            if as_float is None or not as_float.is_integer():
-                raise SpecError(name, raw, expected, where=self.where(name)) from None
-            value = int(as_float)
-        if value < low or (high is not None and value > high):
-            raise SpecError(name, raw, expected, where=self.where(name))
-        return value
+            return parse_int(raw, name, minimum=low,
+                             maximum=MAX_CELL if high is None else high, hint=hint)
+        except SpecError as error:
+            raise error.located(self.where(name)) from None
 
 
 def load_nodes(path: str | Path, known_models: Collection[str] = KNOWN_MODELS) -> tuple[TraceNode, ...]:
     """The node list; each GPU node's model must be one of ``known_models``."""
-    rows = _Rows(Path(path), NODE_COLUMNS)
+    return _nodes(_Rows(Path(path), NODE_COLUMNS, "nodes"), known_models)
+
+
+def _nodes(rows: _Rows, known_models: Collection[str]) -> tuple[TraceNode, ...]:
+    path = rows.path
     nodes: list[TraceNode] = []
     seen: set[str] = set()
     for r in rows:
@@ -181,7 +182,11 @@ def load_nodes(path: str | Path, known_models: Collection[str] = KNOWN_MODELS) -
 
 def load_tasks(path: str | Path, known_models: Collection[str] = KNOWN_MODELS) -> tuple[TraceTask, ...]:
     """The task list; models named in ``gpu_spec`` must be among ``known_models``."""
-    rows = _Rows(Path(path), TASK_COLUMNS)
+    return _tasks(_Rows(Path(path), TASK_COLUMNS, "pods"), known_models)
+
+
+def _tasks(rows: _Rows, known_models: Collection[str]) -> tuple[TraceTask, ...]:
+    path = rows.path
     tasks: list[TraceTask] = []
     for r in rows:
         name = r.text("name")
@@ -225,6 +230,8 @@ def load_tasks(path: str | Path, known_models: Collection[str] = KNOWN_MODELS) -
 
 
 def load_trace(nodes_path: str | Path, tasks_path: str | Path) -> Trace:
-    nodes = load_nodes(nodes_path)
-    tasks = load_tasks(tasks_path)
-    return Trace(nodes, tasks, str(nodes_path), str(tasks_path))
+    """Both files read and their headers checked first, then their rows."""
+    node_rows = _Rows(Path(nodes_path), NODE_COLUMNS, "nodes")
+    task_rows = _Rows(Path(tasks_path), TASK_COLUMNS, "pods")
+    return Trace(_nodes(node_rows, KNOWN_MODELS), _tasks(task_rows, KNOWN_MODELS),
+                 str(nodes_path), str(tasks_path))
