@@ -24,14 +24,16 @@ from gpu_pool.model import Outcome, Policy
 SECTION = "gpu_pool"
 
 
-def store_from_airflow() -> Any:
+def store_from_airflow(*, create: bool = True) -> Any:
     """The store the executor uses: ``[gpu_pool] store_url``, else the usual resolution
-    (``GPU_POOL_DB_URL``, the Airflow connection ``gpu_pool_db``, the SQLite default)."""
+    (``GPU_POOL_DB_URL``, the Airflow connection ``gpu_pool_db``, the SQLite default).
+    ``create=False`` (a watcher releasing GPUs) refuses to make one where none exists."""
     from airflow.configuration import conf
 
     from gpu_pool.store import Store, resolve_db_url
 
-    return Store.from_url(resolve_db_url(conf.get(SECTION, "store_url", fallback=None)))
+    return Store.from_url(resolve_db_url(conf.get(SECTION, "store_url", fallback=None)),
+                          create=create)
 
 
 def billed_end(ended_at: float | None, started: datetime, now: datetime) -> datetime:

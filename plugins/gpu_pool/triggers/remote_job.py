@@ -208,7 +208,7 @@ class GpuRemoteJobTrigger(BaseTrigger):
         from gpu_pool.executor_support.release import release_ended_job, store_from_airflow
 
         def release() -> bool:
-            store = store_from_airflow()
+            store = store_from_airflow(create=False)  # a misconfigured triggerer makes none
             try:
                 return release_ended_job(store, self.request, outcome, ended_at,
                                          metrics) is not None
