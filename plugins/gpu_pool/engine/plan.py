@@ -211,7 +211,8 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     inputs = ReasonInputs(final, book, policy, held, opened)
     # Requests of one type get the same reason (the sentence names no request): decide once.
     decided: dict[tuple, PendingReason] = {}
-    ahead = _queued_ahead(ordered, placed, views, groups)
+    ahead = _queued_ahead(ordered, placed, {x.request_name for x in held.reservations},
+                          views, groups)
     pending_list = []
     for r in requests:
         if r.name in placed:
@@ -239,13 +240,14 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     return Plan(ordered_placements, pending, tuple(preemptions), stats, reservations)
 
 
-def _queued_ahead(ordered: Sequence[Request], placed: set[str],
+def _queued_ahead(ordered: Sequence[Request], placed: set[str], holders: set[str],
                   views: dict[str, RequestView], groups: dict[str, np.ndarray]
                   ) -> dict[str, int]:
     """For each request left waiting, how many of the same shape and quota wait before it.
 
     ``ordered`` is the cycle's ranking (priority, then larger, then older); equal views and
-    quota groups are the same objects, shared by requests of one type.
+    quota groups are the same objects, shared by requests of one type. A reservation's
+    holder is first in line (it counts for those behind it, nobody counts for it).
     """
     seen: Counter[tuple[int, int]] = Counter()
     ahead: dict[str, int] = {}
@@ -253,7 +255,7 @@ def _queued_ahead(ordered: Sequence[Request], placed: set[str],
         if r.name in placed:
             continue
         key = (id(views[r.name]), id(groups[r.name]))
-        ahead[r.name] = seen[key]
+        ahead[r.name] = 0 if r.name in holders else seen[key]
         seen[key] += 1
     return ahead
 

@@ -186,10 +186,10 @@ def queued_behind(reason: PendingReason, ahead: int) -> PendingReason:
     """``reason`` for a request with ``ahead`` requests like it ranked before it in the queue.
 
     Only a plain wait for capacity changes: it becomes ``outranked`` and says both facts,
-    what is missing and how many wait before it for the same GPUs.
+    what is missing and how many wait before it for the same GPUs. (A starving request that
+    holds a reservation is first in line: the caller counts nobody ahead of it.)
     """
-    if ahead <= 0 or reason.code is not ReasonCode.WAITING_FOR_CAPACITY \
-            or "reserved for it" in reason.message:
+    if ahead <= 0 or reason.code is not ReasonCode.WAITING_FOR_CAPACITY:
         return reason
     who = "1 request" if ahead == 1 else f"{ahead} requests"
     verb = "waits" if ahead == 1 else "wait"
