@@ -151,7 +151,6 @@ def quota_set(args: argparse.Namespace) -> int:
                                             "expires_at", "borrow_limit_gpus", "gpu_hour_budget")
               if getattr(args, k) is not None}
     fields.setdefault("valid_from", datetime.now(UTC))
-    parse_quota(fields, policy=policy())  # the fields first, then the store's teams
     store = open_store(args)
     quota = parse_quota(fields, policy=policy(),
                         known_teams={t.name for t in store.list_teams()})

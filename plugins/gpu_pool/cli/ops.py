@@ -63,29 +63,25 @@ def _config_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="JSON", help="ops settings as a JSON object")
 
 
-def _in_range(day: date) -> bool:
-    return limits.EARLIEST.date() <= day < limits.LATEST.date()
-
-
-def _day(value: str) -> date:
-    expected = f"a date YYYY-MM-DD from {limits.EARLIEST:%Y} to {limits.LATEST.year - 1}"
+def _date_in_years(value: str, text: str, what: str) -> date:
+    """``text`` as a date from EARLIEST to LATEST; an argparse type error naming ``value``."""
+    expected = f"{what} from {limits.EARLIEST:%Y} to {limits.LATEST.year - 1}"
     try:
-        day = date.fromisoformat(value)
+        day = date.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"got {shown(value)}; expected {expected}") from None
-    if not _in_range(day):
+    if not limits.EARLIEST.date() <= day < limits.LATEST.date():
         raise argparse.ArgumentTypeError(f"got {shown(value)}; expected {expected}")
     return day
 
 
+def _day(value: str) -> date:
+    return _date_in_years(value, value, "a date YYYY-MM-DD")
+
+
 def _month(value: str) -> str:
-    expected = f"a month YYYY-MM from {limits.EARLIEST:%Y} to {limits.LATEST.year - 1}"
-    try:
-        first = date.fromisoformat(f"{value}-01")
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {shown(value)}; expected {expected}") from None
-    if len(value) != 7 or not _in_range(first):
-        raise argparse.ArgumentTypeError(f"got {shown(value)}; expected {expected}")
+    # Only YYYY-MM: fromisoformat reads more forms ('2026-1201' + '-01' among them).
+    _date_in_years(value, f"{value}-01" if len(value) == 7 else "", "a month YYYY-MM")
     return value
 
 

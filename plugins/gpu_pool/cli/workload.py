@@ -152,8 +152,7 @@ def _dry_run(store: Any, now: datetime) -> tuple[Any, Plan]:
 
 
 def queue(args: argparse.Namespace) -> int:
-    if args.team is not None:
-        parse_name(args.team, "team")
+    team = None if args.team is None else parse_name(args.team, "team")
     store = open_store(args)
     now = datetime.now(UTC)
     snapshot, plan = _dry_run(store, now)
@@ -166,8 +165,7 @@ def queue(args: argparse.Namespace) -> int:
     for reason in plan.pending:
         rows.append({**_request_row(by_name[reason.request_name], now), "state": reason.code,
                      "reason": reason.message})
-    if args.team is not None:
-        team = parse_name(args.team, "team")
+    if team is not None:
         rows = [r for r in rows if r["team"] == team]
     emit(args.json, rows, ("request", "team", "priority", "gpus", "waited", "state", "reason"),
          empty="the queue is empty")
