@@ -54,7 +54,7 @@ _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT])?(i)?(B)?\s*$", re.IGNORECA
 _MEMORY_HINT = "a size like '16GiB', '512MiB', '1T' or an integer number of MiB, at most 1 PiB"
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 _DURATION_HINT = ("a positive duration like '6h', '90m', '1h30m', '45s' or a number of seconds, "
-                  "at most 366 days")
+                  f"at most {limits.MAX_DURATION.days} days")
 _UNIT_MIB = {None: 1 / 1024 / 1024, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _LOCAL_EMAIL = re.compile(r"^[^@\s]+@[^@\s.][^@\s]*$")

@@ -73,7 +73,8 @@ def check_request(request: Request) -> None:
     for field in ("time_limit", "estimated_runtime"):
         value = getattr(request, field)
         if value is not None and not timedelta(0) < value <= limits.MAX_DURATION:
-            raise SpecError(field, str(value), "a positive duration like 6h, at most 366 days")
+            raise SpecError(field, str(value), "a positive duration like 6h, at most "
+                            f"{limits.MAX_DURATION.days} days")
     if request.dataset is not None:
         _non_negative(request.dataset.size_gib, "dataset_size_gib", limits.MAX_DATASET_GIB)
 
