@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from gpu_pool.errors import SpecError
 
@@ -227,6 +227,10 @@ class Request:
     preemptible: bool = False
     submitted_at: datetime | None = None
     id: str | None = None
+    # SIGTERM to SIGKILL when preempted (None: the policy's preemption_grace).
+    grace: timedelta | None = None
+    # How many times this task was preempted before (the store counts its earlier tries).
+    preemptions: int = 0
 
     @property
     def is_share(self) -> bool:
@@ -272,6 +276,12 @@ class Allocation:
     state: AllocationState = AllocationState.ACTIVE
     id: str | None = None
     request_id: str | None = None
+    # The team whose idle guaranteed GPUs this allocation borrows ("" : unguaranteed
+    # capacity); None: within its own quota. Borrowed allocations may be reclaimed.
+    borrowed_from: str | None = None
+    # Placed beyond quota in an off-peak window: the peak reclaims it.
+    off_peak: bool = False
+    grace: timedelta | None = None  # the request's own grace, if it set one
 
     @property
     def gpu_milli_total(self) -> int:
@@ -306,16 +316,107 @@ class LedgerEntry:
 
 @dataclass(frozen=True)
 class OffPeakWindow:
-    """Hours of the day (UTC, ``start_hour`` inclusive to ``end_hour`` exclusive, may wrap)."""
+    """Hours of the day, ``start_hour`` inclusive to ``end_hour`` exclusive (may wrap past
+    midnight), in the fleet's time zone (:class:`OffPeak`), starting on ``days`` (0 =
+    Monday .. 6 = Sunday). ``start_hour == end_hour`` is a whole day."""
 
     start_hour: int = 20
     end_hour: int = 8
+    days: frozenset[int] = frozenset(range(7))
+
+    def _spans(self, local: datetime) -> list[tuple[datetime, datetime]]:
+        """The occurrences of this window that may contain ``local`` (naive local time)."""
+        hours = (self.end_hour - self.start_hour) % 24 or 24
+        spans = []
+        for back in (2, 1, 0):  # a window of up to 24 h that began up to two days ago
+            day = (local - timedelta(days=back)).replace(hour=0, minute=0, second=0,
+                                                        microsecond=0)
+            if day.weekday() in self.days:
+                begin = day + timedelta(hours=self.start_hour)
+                spans.append((begin, begin + timedelta(hours=hours)))
+        return spans
 
     def contains(self, when: datetime) -> bool:
-        h = when.hour
-        if self.start_hour <= self.end_hour:
-            return self.start_hour <= h < self.end_hour
-        return h >= self.start_hour or h < self.end_hour
+        """``when`` (aware) read in UTC; :meth:`OffPeak.contains` reads it in the fleet's zone."""
+        local = when.astimezone(UTC).replace(tzinfo=None)
+        return any(b <= local < e for b, e in self._spans(local))
+
+
+@dataclass(frozen=True)
+class OffPeak:
+    """When the fleet is off-peak: one or more windows in the fleet's IANA time zone."""
+
+    windows: tuple[OffPeakWindow, ...] = (OffPeakWindow(),)
+    timezone: str = "UTC"
+
+    def _local(self, when: datetime) -> datetime:
+        from zoneinfo import ZoneInfo
+
+        return when.astimezone(ZoneInfo(self.timezone)).replace(tzinfo=None)
+
+    def contains(self, when: datetime) -> bool:
+        local = self._local(when)
+        return any(b <= local < e for w in self.windows for b, e in w._spans(local))
+
+    def peak_starts(self, when: datetime) -> datetime | None:
+        """When the off-peak period holding ``when`` ends (the next peak), as aware UTC;
+        ``None`` when ``when`` is not off-peak or off-peak never ends (windows cover all
+        time within a week of ``when``). Touching or overlapping windows chain."""
+        from zoneinfo import ZoneInfo
+
+        zone = ZoneInfo(self.timezone)
+        local = self._local(when)
+        end: datetime | None = None
+        probe = local
+        for _ in range(7 * 24 + 1):
+            ends = [e for w in self.windows for b, e in w._spans(probe) if b <= probe < e]
+            if not ends:
+                break
+            end = max(ends)
+            probe = end
+        else:
+            return None
+        if end is None:
+            return None
+        # Local wall time to UTC (a time skipped by a DST jump resolves as zoneinfo does).
+        return end.replace(tzinfo=zone).astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """Whole GPUs kept free for critical work: on nodes of ``gpu_model`` (None: any) in
+    node group ``node_group`` (a node's ``group`` label, or its tier; None: any node)."""
+
+    gpus: int
+    gpu_model: str | None = None
+    node_group: str | None = None
+
+    def covers(self, node: Node) -> bool:
+        if self.gpu_model is not None and node.gpu_model != self.gpu_model:
+            return False
+        if self.node_group is None:
+            return True
+        return node.labels.get("group", node.tier.value) == self.node_group
+
+
+@dataclass(frozen=True)
+class Lending:
+    """A team's standing consent to lend its idle guaranteed GPUs.
+
+    ``to``: the teams that may borrow (None: every team; empty: nobody). ``limit_gpus``:
+    at most this many of its GPUs lent at once (None: all its idle guaranteed GPUs). A team
+    with no record lends to every team without limit (as a Kueue cohort does); ``team
+    lend`` records, changes and revokes the consent.
+    """
+
+    team: str
+    to: frozenset[str] | None = None
+    limit_gpus: float | None = None
+    set_by: str | None = None
+    set_at: datetime | None = None
+
+    def allows(self, borrower: str) -> bool:
+        return borrower != self.team and (self.to is None or borrower in self.to)
 
 
 DEFAULT_PRIORITY_WEIGHTS: Mapping[PriorityClass, int] = {
@@ -336,13 +437,37 @@ class Policy:
     )
     # Whole GPUs kept free fleet-wide for critical work: others may not dip below it.
     critical_headroom_gpus: int = 0
-    off_peak: OffPeakWindow = field(default_factory=OffPeakWindow)
-    # Batch and pretraining work may borrow idle GPUs beyond quota off-peak.
+    # Headroom per GPU model and/or node group, on top of the fleet-wide one.
+    headroom: tuple[Headroom, ...] = ()
+    off_peak: OffPeak = field(default_factory=OffPeak)
+    # Batch and pretraining work may borrow idle GPUs beyond quota off-peak; a new such
+    # placement starts only if its time limit ends before the peak, or it is preemptible
+    # (the peak then reclaims it with grace).
     lend_idle_off_peak: bool = True
+    # Notice to the owners of off-peak work still running this long before the peak.
+    off_peak_notice: timedelta = timedelta(minutes=30)
+    # Teams may borrow idle guaranteed GPUs of consenting teams up to their borrow limit.
+    borrowing: bool = True
+    # A team below its guarantee with work queued takes back GPUs lent out (preemption).
+    reclaim_guarantees: bool = True
+    # SIGTERM to SIGKILL for a preempted task, unless the task sets its own.
+    preemption_grace: timedelta = timedelta(seconds=120)
+    # A placement runs at least this long before it may be preempted (again).
+    min_runtime_before_preemption: timedelta = timedelta(minutes=10)
+    # A task preempted this many times is not preempted again.
+    max_preemptions_per_task: int = 2
     # A request whose data would take longer than this to move waits for its own zone.
     max_transfer_seconds: float = 3600.0
+    # Data moves to another zone only when the wait it saves is at least the transfer time
+    # times (1 + margin).
+    cross_zone_margin: float = 0.5
+    # Megabytes per second between two zones' storage, ((from, to) -> MB/s); a pair not
+    # listed uses the destination node's bandwidth_mb_s.
+    zone_links: Mapping[tuple[str, str], float] = field(default_factory=dict)
     # Waiting this long doubles a request's weight within its class (never past the next class).
     aging_half_life: timedelta = timedelta(hours=2)
+    # Fair share: a team's past GPU-hours count half after this long; within a priority
+    # class, the team with less decayed use goes first. timedelta(0) turns it off.
     fair_share_half_life: timedelta = timedelta(days=7)
     alert_days: tuple[int, ...] = (15, 7, 1)
     budget_alert_pcts: tuple[int, ...] = (80, 90, 100)

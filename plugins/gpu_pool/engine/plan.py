@@ -140,10 +140,10 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     group_cache: dict[tuple, np.ndarray] = {}
     groups: dict[str, np.ndarray] = {}
     for r in requests:
-        lent = r.priority is PriorityClass.BATCH or r.preemptible
+        lent = book.may_lend(r)
         key = (r.team, r.purpose, lent)
         if key not in group_cache:
-            group_cache[key] = book.groups_by_row(r, layout.models)
+            group_cache[key] = book.groups_by_row(r, layout.models, lent)
         groups[r.name] = group_cache[key]
     # 2. what cannot be placed this cycle at all
     never: dict[str, str | None] = {}

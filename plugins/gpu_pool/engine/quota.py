@@ -89,23 +89,29 @@ class QuotaBook:
             return EXPIRED
         return NO_QUOTA
 
-    def group_of(self, request: Request, model: str | None) -> int:
+    def may_lend(self, request: Request) -> bool:
+        """Whether off-peak lending lets ``request`` go beyond its quota now (the caller
+        may narrow this further, e.g. to work that ends before the peak)."""
+        return self.lending and (request.priority is PriorityClass.BATCH or request.preemptible)
+
+    def group_of(self, request: Request, model: str | None, lent: bool | None = None) -> int:
         """Group index a part of ``request`` on ``model`` draws on, or a negative code.
 
-        Lent requests return :data:`UNLIMITED` when they resolve to a live group.
+        Lent requests (``lent``, by default :meth:`may_lend`) return :data:`UNLIMITED` when
+        they resolve to a live group.
         """
         index = {k: i for i, k in enumerate(self.keys)}
         g = self._resolve(index, request.team, request.purpose, model)
-        if g >= 0 and self.lending and (request.priority is PriorityClass.BATCH
-                                        or request.preemptible):
+        if g >= 0 and (self.may_lend(request) if lent is None else lent):
             return UNLIMITED
         return g
 
-    def groups_by_row(self, request: Request, models: Sequence[str | None]) -> np.ndarray:
+    def groups_by_row(self, request: Request, models: Sequence[str | None],
+                      lent: bool | None = None) -> np.ndarray:
         """:meth:`group_of` for every row of a layout (one lookup per distinct model)."""
         if self.open_fleet:
             return np.full(len(models), UNLIMITED, dtype=np.int64)
-        per_model = {m: self.group_of(request, m) for m in set(models)}
+        per_model = {m: self.group_of(request, m, lent) for m in set(models)}
         return np.array([per_model[m] for m in models], dtype=np.int64)
 
     def remaining(self) -> np.ndarray:

@@ -13,10 +13,11 @@ Reasons are data: a code a machine can act on and a sentence a person can read
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from gpu_pool.model import Allocation, Node, Policy, Quota, Request
+from gpu_pool.model import Allocation, Lending, Node, Policy, Quota, Request
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,10 @@ class Snapshot:
     # Task-size mix seen so far, for fragmentation-aware placement (FGD): (gpus, gpu_milli)
     # -> relative frequency. Empty: the engine derives it from the pending requests.
     workload_mix: tuple[tuple[tuple[int, int], float], ...] = ()
+    # Fair share: each team's decayed past GPU-hours (Policy.fair_share_half_life).
+    team_usage: Mapping[str, float] = field(default_factory=dict)
+    # Lending consents on record (a team without one lends to every team, no limit).
+    lending: tuple[Lending, ...] = ()
 
 
 class ReasonCode(enum.StrEnum):
@@ -71,6 +76,14 @@ class Placement:
     assignments: tuple[NodeAssignment, ...]  # one per node; several for a gang
     cross_zone: bool = False  # the request's data must move to another zone
     transfer_seconds: float = 0.0
+    # Cross-zone only: the wait in the home zone the move is expected to save.
+    expected_wait_saved_s: float = 0.0
+    # The team whose idle guaranteed GPUs it borrows ("": unguaranteed capacity; None: none).
+    borrowed_from: str | None = None
+    off_peak: bool = False  # beyond quota in an off-peak window
+    # Why it was placed this way when that is not plain ("borrowed 4 GPUs idle in team
+    # cv's quota"); empty for a placement within quota in the home zone.
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -81,6 +94,10 @@ class Preemption:
     request_name: str
     for_request: str
     message: str
+    grace_s: float = 0.0  # SIGTERM to SIGKILL
+    # critical: for critical work; reclaim: a team takes back its guarantee; peak: the
+    # off-peak window the placement was lent in ended.
+    kind: str = "critical"
 
 
 class SolveStatus(enum.StrEnum):
