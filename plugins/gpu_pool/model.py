@@ -282,6 +282,11 @@ class Allocation:
     # Placed beyond quota in an off-peak window: the peak reclaims it.
     off_peak: bool = False
     grace: timedelta | None = None  # the request's own grace, if it set one
+    # Times its request was preempted before this allocation began (max_preemptions_per_task).
+    preemptions: int = 0
+    # Cross-zone: seconds to move its data here, and the home-zone wait that was to save.
+    transfer_s: float = 0.0
+    expected_wait_saved_s: float = 0.0
 
     @property
     def gpu_milli_total(self) -> int:
@@ -304,6 +309,14 @@ class LedgerEntry:
     outcome: Outcome
     price_per_gpu_hour: float = 0.0
     metrics: Mapping[str, float] = field(default_factory=dict)
+    borrowed_from: str | None = None  # as on the allocation
+    off_peak: bool = False
+    transfer_s: float = 0.0  # cross-zone: the transfer accepted ...
+    expected_wait_saved_s: float = 0.0  # ... and the wait it was to save
+
+    @property
+    def cross_zone(self) -> bool:
+        return self.transfer_s > 0
 
     @property
     def gpu_hours(self) -> float:
