@@ -18,6 +18,9 @@ Steps of :func:`plan_on_state`:
    plan is kept only when it is worth strictly more than greedy's;
 6. critical requests still pending may preempt preemptible allocations
    (:mod:`gpu_pool.engine.preempt`);
+6b. once off-peak has ended, the peak preempts the preemptible off-peak allocations still
+   running (:mod:`gpu_pool.engine.offpeak`; off-peak lending in step 1 only lends work that
+   ends before the peak or is preemptible, and lent placements beyond quota are marked);
 7. a reason for every request left pending (:mod:`gpu_pool.engine.reasons`).
 
 Invariants: no I/O, no printing, inputs never mutated (the caller's :class:`FleetState`
@@ -41,7 +44,7 @@ from datetime import datetime
 
 import numpy as np
 
-from gpu_pool.engine import cpsat, exact, preempt, reserve
+from gpu_pool.engine import cpsat, exact, offpeak, preempt, reserve
 from gpu_pool.engine.capacity import FleetState
 from gpu_pool.engine.compat import never_fits
 from gpu_pool.engine.fragmentation import TaskShape, WorkloadMix
@@ -59,6 +62,7 @@ from gpu_pool.engine.types import (
     PendingReason,
     Placement,
     Plan,
+    ReasonCode,
     Snapshot,
     SolveStats,
     SolveStatus,
@@ -139,8 +143,12 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     views: dict[str, RequestView] = {r.name: build_view(r, layout, policy) for r in requests}
     group_cache: dict[tuple, np.ndarray] = {}
     groups: dict[str, np.ndarray] = {}
+    gate = offpeak.OffPeakGate.at(policy, now)  # off-peak lending: only work done by the peak
+    lent_names: set[str] = set()
     for r in requests:
-        lent = book.may_lend(r)
+        lent = gate.lends(r)
+        if lent:
+            lent_names.add(r.name)
         key = (r.team, r.purpose, lent)
         if key not in group_cache:
             group_cache[key] = book.groups_by_row(r, layout.models, lent)
@@ -206,6 +214,10 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     if won:
         placements = [*placements, *won]
         placed |= {p.request_name for p in won}
+    # 6b. the peak ends off-peak work: preemptible off-peak allocations still running
+    taken = {x.allocation_id for x in preemptions}
+    preemptions = [*preemptions, *(x for x in offpeak.peak_reclaims(allocations_usage, policy, now)
+                                   if x.allocation_id not in taken)]
     # 7. reasons
     opened = reserve.reopened(final, held.rows) if held.rows else None
     inputs = ReasonInputs(final, book, policy, held, opened)
@@ -225,9 +237,19 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
             reason = pending_reason(r, weights[r.name], views[r.name], groups[r.name], inputs,
                                     never[r.name])
             decided[key] = reason
-        pending_list.append(queued_behind(PendingReason(r.name, reason.code, reason.message),
+        message = reason.message
+        if reason.code is ReasonCode.QUOTA_EXHAUSTED:
+            back = gate.held_back(r)  # off-peak would have lent it, but it crosses the peak
+            if back is not None:
+                message = f"{back} ({message})"
+        pending_list.append(queued_behind(PendingReason(r.name, reason.code, message),
                                           ahead.get(r.name, 0)))
     pending = tuple(pending_list)
+    if lent_names & placed:
+        by_request = {r.name: r for r in requests}
+        placements = offpeak.mark_beyond_quota(placements, by_request, lent_names & placed, book,
+                                               dict(zip(layout.names, layout.models,
+                                                        strict=True)), gate)
     by_name = {p.request_name: p for p in placements}
     ordered_placements: tuple[Placement, ...] = tuple(
         by_name[r.name] for r in requests if r.name in by_name)
