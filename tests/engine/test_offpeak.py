@@ -6,15 +6,15 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from tests.engine.engine_factories import (
+from engine_factories import (
     make_allocation,
     make_node,
     make_quota,
     make_request,
     make_snapshot,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpu_pool.engine.offpeak import OffPeakGate, eligible, peak_reclaims
 from gpu_pool.engine.plan import plan
