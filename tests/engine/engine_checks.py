@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import combinations
 
+from gpu_pool.engine.offpeak import OffPeakGate
 from gpu_pool.engine.types import Plan, Snapshot
 from gpu_pool.model import MILLI_PER_GPU, Node, PriorityClass, Request
 
@@ -70,6 +71,9 @@ def check_plan(plan: Plan, snap: Snapshot) -> None:
     by_id = {a.id: a for a in snap.allocations}
     for p in plan.preemptions:
         a = by_id[p.allocation_id]
+        if p.kind == "peak":  # the peak ends preemptible off-peak work, nothing else
+            assert a.off_peak and a.preemptible and not snap.policy.off_peak.contains(snap.now)
+            continue
         assert a.preemptible and a.priority is not PriorityClass.CRITICAL, "only batch preempted"
         assert reqs[p.for_request].priority is PriorityClass.CRITICAL
     for a in snap.allocations:
@@ -89,6 +93,7 @@ def check_plan(plan: Plan, snap: Snapshot) -> None:
     names = [p.request_name for p in plan.placements] + [x.request_name for x in plan.pending]
     assert sorted(names) == sorted(reqs), "every request placed or pending, exactly once"
     touched_by: dict[tuple[str, int], set[str]] = defaultdict(set)
+    gate = OffPeakGate.at(snap.policy, snap.now)
     for p in plan.placements:
         r = reqs[p.request_name]
         assert r.data_ready, f"{r.name} placed without its data"
@@ -112,8 +117,7 @@ def check_plan(plan: Plan, snap: Snapshot) -> None:
             cpu[a.node] += a.cpu_milli
             mem[a.node] += a.memory_mib
             key = group_key(limits, r.team, r.purpose, node.gpu_model)
-            lent = (snap.policy.lend_idle_off_peak and snap.policy.off_peak.contains(snap.now)
-                    and (r.priority is PriorityClass.BATCH or r.preemptible))
+            lent = gate.lends(r)
             if snap.quotas and r.gpus:
                 assert key is not None, f"{r.name} placed without an active quota"
                 if not lent:
@@ -130,6 +134,14 @@ def check_plan(plan: Plan, snap: Snapshot) -> None:
         whole0 = sum(1 for n in snap.nodes if n.schedulable for g in n.gpus
                      if g.healthy and before.get((n.name, g.index), 0) == 0)
         assert noncritical_whole <= max(whole0 - snap.policy.critical_headroom_gpus, 0)
+    for h in snap.policy.headroom:
+        # The same per model/group, over the up nodes the headroom covers.
+        covered = {n.name for n in snap.nodes if n.schedulable and h.covers(n)}
+        taken = sum(1 for (node, _), kinds in touched_by.items()
+                    if kinds == {"other"} and node in covered)
+        whole0 = sum(1 for n in snap.nodes if n.name in covered for g in n.gpus
+                     if g.healthy and before.get((n.name, g.index), 0) == 0)
+        assert taken <= max(whole0 - h.gpus, 0), f"headroom {h} dipped into"
 
 
 def brute_force_optimum(snap: Snapshot) -> int:

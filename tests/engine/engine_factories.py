@@ -9,6 +9,7 @@ from gpu_pool.model import (
     Allocation,
     Dataset,
     Gpu,
+    Headroom,
     Node,
     NodeState,
     Policy,
@@ -120,6 +121,8 @@ def random_snapshot(rng, *, nodes: int = 4, requests: int = 8, max_gpus: int = 4
         quotas = (make_quota("ml", rng.choice([1, 2, 4, 8])),
                   make_quota("cv", rng.choice([1, 3]), model="T4"),
                   make_quota("cv", 4, expires_at=NOW - timedelta(hours=1)))
+        headroom = rng.choice([(), (), (Headroom(2, "A100"),),
+                               (Headroom(1, "T4", "core"), Headroom(3, None, "core"))])
         policy = Policy(critical_headroom_gpus=rng.choice([0, 0, 2]),
-                        max_transfer_seconds=3600.0)
+                        max_transfer_seconds=3600.0, headroom=headroom)
     return make_snapshot(fleet, reqs, allocations=allocations, quotas=quotas, policy=policy)

@@ -45,6 +45,11 @@ Model
     \qquad \sum_{(t,b): q_b = q} y_{t,b} K_t g_t m_t
            + \sum_{t \text{ per-model}, k: h(t,k) = q} x_{t,k} g_t m_t \le Q_q  \quad\forall q
     \qquad \sum_{t \text{ whole, non-critical}, k} g_t x_{t,k} \le B          \text{(headroom)}
+    \qquad \sum_{t \text{ whole, non-critical}, k \subseteq S} g_t x_{t,k} \le B_S
+           \quad\forall \text{headroom scope } S \text{ (per model/group)}
+
+Node groups are split by the headroom scopes covering their nodes, so every group lies
+wholly inside or outside each scope and the scope constraint counts exactly its parts.
 
 Every constraint holds for every concrete plan (per-node packing is only enforced in
 aggregate; the block and share cuts hold per node and per GPU, hence summed: parts of
@@ -161,6 +166,9 @@ def node_groups(cycle: Cycle) -> _Groups:
     st = cycle.state
     layout = st.layout
     codes = group_codes(layout)  # static per layout: model, GPU memory, zone, bandwidth
+    if cycle.scopes:  # split groups by the headroom scopes covering them
+        codes = codes * (1 << len(cycle.scopes)) + sum(
+            x.rows.astype(np.int64) << i for i, x in enumerate(cycle.scopes))
     rows = np.flatnonzero(st.up)
     _, first, inverse = np.unique(codes[rows], return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
@@ -263,6 +271,8 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
     cap: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
     quota_terms: dict[int, list] = defaultdict(list)
     headroom_terms: list = []
+    scope_terms: dict[int, list] = defaultdict(list)
+    scope_of = start.scope_of if start.scopes else None
     for t, (key, reqs) in enumerate(type_list):
         r0 = reqs[0]
         view, g = views[r0.name], groups[r0.name]
@@ -302,6 +312,9 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
                     cap[f"slots{m}"][k].append((var, r0.gpus * (MILLI_PER_GPU // m)))
                 if r0.priority is not PriorityClass.CRITICAL and start.headroom:
                     headroom_terms.append((var, r0.gpus))
+                if r0.priority is not PriorityClass.CRITICAL and scope_of is not None:
+                    for i in scope_of[int(grp.rep[k])]:
+                        scope_terms[i].append((var, r0.gpus))
             elif r0.is_share:
                 for m in shares:
                     if r0.gpu_milli >= m:
@@ -331,6 +344,8 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
         lm.add(terms, high=max(int(start.remaining[q]), 0))
     if headroom_terms:
         lm.add(headroom_terms, high=max(int(start.budget or 0), 0))
+    for i, terms in scope_terms.items():
+        lm.add(terms, high=max(int(start.scopes[i].budget), 0))
     # 1. The LP relaxation, rounded down: the plan and the bound of large cycles.
     relaxed = lm.relax(2 * policy.solver_time_limit_s)
     rounded: SolverResult | None = None
@@ -463,7 +478,7 @@ def disaggregate(cycle: Cycle, type_list: list, chosen: dict[int, list[Request]]
     # Without the FGD measure (a large cycle) the best-fit chooser decides, restricted to
     # the groups' codes instead of their rows: same choices, no pass over the fleet.
     chooser = BestFitChooser(cycle) if fgd_off(cycle) else None
-    code_of = group_codes(cycle.state.layout)[grp.rep]
+    code_of = group_codes(cycle.state.layout)[grp.rep]  # groups split by scope share a code
     placements: list[Placement] = []
     done: set[str] = set()
     value = 0
@@ -502,7 +517,11 @@ def _fit_in_groups(cycle: Cycle, chooser: BestFitChooser | None, grp: _Groups,
     solver counted them), else anywhere."""
     choice = None
     if room and chooser is not None:
-        caps = {int(code_of[k]): n for k, n in room.items()} if r.nodes > 1 else None
+        caps: dict[int, int] | None = None
+        if r.nodes > 1:
+            caps = {}
+            for k, n in room.items():
+                caps[int(code_of[k])] = caps.get(int(code_of[k]), 0) + n
         choice = chooser.fit(r, w, view, g, only={int(code_of[k]) for k in room}, caps=caps)
     elif room:
         rows = np.sort(np.concatenate([grp.members[k] for k in room]))

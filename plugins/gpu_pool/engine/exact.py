@@ -19,7 +19,8 @@ the GPUs that count against the headroom budget).
     \sum_r c_r a_{r,n} \le C_n, \quad \sum_r q_r a_{r,n} \le R_n
     \qquad \sum_{(r,n): h(r,n) = h} g_r m_r a_{r,n} \le Q_h, \quad
     t_{n,j} \ge u_{r,n,j} - \sum_{r' \text{ critical}} u_{r',n,j}
-    \ (r \text{ non-critical}, F_{n,j} = 1000), \quad \sum t \le B
+    \ (r \text{ non-critical}, F_{n,j} = 1000), \quad \sum t \le B,
+    \quad \sum_{n \in S} t_{n,j} \le B_S \ \forall \text{headroom scope } S
 
 This is the same problem greedy and the class model solve, written without aggregation,
 so an OPTIMAL status here is the true optimum (what the brute-force oracle test checks).
@@ -74,6 +75,7 @@ def solve_exact(start: Cycle, ordered: Sequence[Request], weights: dict[str, int
     by_critical: dict[tuple[int, int], list] = {}
     noncritical_uses: dict[tuple[int, int], list] = {}
     objective = []
+    scope_of = start.scope_of if start.scopes else None
     for r in ordered:
         view, g, w = views[r.name], groups[r.name], weights[r.name]
         part = r.gpus * r.gpu_milli
@@ -95,7 +97,8 @@ def solve_exact(start: Cycle, ordered: Sequence[Request], weights: dict[str, int
                 u[(r.name, n, j)] = uv
                 gpu_vars.append(uv)
                 per_gpu.setdefault((n, j), []).append(uv * r.gpu_milli)
-                if start.headroom and st.gpu_free[n, j] == MILLI_PER_GPU and st.up[n]:
+                if ((start.headroom or (scope_of is not None and scope_of[n]))
+                        and st.gpu_free[n, j] == MILLI_PER_GPU and st.up[n]):
                     by_critical[(n, j)] = by_critical.get((n, j), []) + (
                         [uv] if r.priority is PriorityClass.CRITICAL else [])
                     if r.priority is not PriorityClass.CRITICAL:
@@ -112,15 +115,21 @@ def solve_exact(start: Cycle, ordered: Sequence[Request], weights: dict[str, int
     for q, terms in per_quota.items():
         model.add(sum(terms) <= int(start.remaining[q]))
     # Headroom: t_{n,j} >= u (non-critical) - c_{n,j}, c_{n,j} = some critical part uses j.
+    # Per headroom scope (model/group) the same sum over the GPUs of the rows it covers.
     touched = []
+    per_scope: dict[int, list] = {}
     for (n, j), uses in noncritical_uses.items():
         tv = model.new_bool_var(f"t_{n}_{j}")
         crit = by_critical.get((n, j), [])
         for uv in uses:
             model.add(tv >= uv - sum(crit)) if crit else model.add_implication(uv, tv)
         touched.append(tv)
-    if touched:
+        for i in scope_of[n] if scope_of is not None else ():
+            per_scope.setdefault(i, []).append(tv)
+    if touched and start.headroom:
         model.add(sum(touched) <= max(int(start.budget or 0), 0))
+    for i, tvs in per_scope.items():
+        model.add(sum(tvs) <= max(int(start.scopes[i].budget), 0))
     model.maximize(sum(objective))
     _hint(model, z, a, u, greedy, st)
     solver = configured_solver(policy)

@@ -6,6 +6,14 @@ cycle
     The working state of one planning pass (:class:`Cycle`): a private copy of the fleet's
     free capacity, the quota milli left per group, the whole-free GPUs on schedulable nodes
     non-critical work may still take (the critical headroom) and the FGD measure of the copy.
+headroom scope
+    One :class:`~gpu_pool.model.Headroom` of the policy over the rows it covers
+    (:class:`HeadroomScope`): non-critical work may not leave fewer than its ``gpus``
+    whole-free GPUs on the covered up nodes. Its budget starts at the covered whole-free
+    GPUs minus ``gpus`` and drops by the whole-free GPUs non-critical work takes on a
+    covered row (a share on a fully free GPU takes one). The fleet-wide
+    ``critical_headroom_gpus`` is the cycle's ``headroom``/``budget`` pair, checked first; a
+    cycle without scopes pays nothing for them.
 candidate row
     A node a part of the request may take now: compatible model and memory, data move
     allowed, up, enough CPU, RAM and GPUs (``whole_free >= gpus`` for whole GPUs, one GPU
@@ -40,7 +48,7 @@ from gpu_pool.engine.fragmentation import FleetFragmentation, WorkloadMix
 from gpu_pool.engine.objective import VALUE_SCALE, RequestView, effective_milli, part_value
 from gpu_pool.engine.quota import UNLIMITED
 from gpu_pool.engine.types import NodeAssignment, Placement
-from gpu_pool.model import MILLI_PER_GPU, PriorityClass, Request
+from gpu_pool.model import MILLI_PER_GPU, Headroom, PriorityClass, Request
 
 # Scores rank penalty first: FGD deltas stay far below one penalty unit times this.
 _PENALTY_RANK = 1e8
@@ -58,6 +66,34 @@ FIT_MASK_DECISIONS = 64
 
 
 @dataclass
+class HeadroomScope:
+    """One headroom of the policy over a layout (see *headroom scope* above)."""
+
+    headroom: Headroom
+    rows: np.ndarray  # bool per row: the nodes it covers (up or not)
+    budget: int  # whole GPUs non-critical work may still take on covered up rows
+
+    @property
+    def label(self) -> str:
+        """"4 A100 GPUs on group core" (what is kept free, and where)."""
+        h = self.headroom
+        what = f"{h.gpus} {h.gpu_model} GPUs" if h.gpu_model else f"{h.gpus} GPUs"
+        return f"{what} on group {h.node_group}" if h.node_group else f"{what} fleet-wide"
+
+
+def headroom_scopes(state: FleetState, headrooms: Sequence[Headroom]) -> list[HeadroomScope]:
+    """The scopes of ``headrooms`` (those keeping at least one GPU) over ``state``."""
+    out = []
+    for h in headrooms:
+        if h.gpus <= 0:
+            continue
+        rows = np.fromiter((h.covers(n) for n in state.layout.nodes), dtype=bool,
+                           count=state.size)
+        out.append(HeadroomScope(h, rows, int(state.whole_free[rows & state.up].sum()) - h.gpus))
+    return out
+
+
+@dataclass
 class Cycle:
     """Mutable working state of one pass; owns its :class:`FleetState` copy.
 
@@ -72,8 +108,11 @@ class Cycle:
     mix: WorkloadMix | None
     budget: int | None = None
     decisions: int = 1  # requests this cycle will place: sizes the FGD budget
+    scopes: list[HeadroomScope] = field(default_factory=list)  # headroom per model/group
     _frag: FleetFragmentation | None = field(default=None, repr=False)
     _blocks: tuple[int, int] | None = field(default=None, repr=False)
+
+    _scope_of: list[tuple[int, ...]] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.budget is None:
@@ -81,7 +120,49 @@ class Cycle:
 
     def clone(self) -> Cycle:
         return Cycle(self.state.copy(), self.remaining.copy(), self.headroom, self.mix,
-                     self.budget, self.decisions)
+                     self.budget, self.decisions,
+                     [HeadroomScope(x.headroom, x.rows, x.budget) for x in self.scopes],
+                     _scope_of=self._scope_of)
+
+    @property
+    def scope_of(self) -> list[tuple[int, ...]]:
+        """Per row, the indices of the scopes covering it (static: built once, shared by
+        clones)."""
+        if self._scope_of is None:
+            cover = [np.flatnonzero(x.rows) for x in self.scopes]
+            table: list[tuple[int, ...]] = [()] * self.state.size
+            for i, rows in enumerate(cover):
+                for row in rows.tolist():
+                    table[row] = (*table[row], i)
+            self._scope_of = table
+        return self._scope_of
+
+    def scope_ok(self, request: Request, rows: np.ndarray,
+                 share_cols: np.ndarray | None = None) -> np.ndarray:
+        """Per row of ``rows``: one part of non-critical ``request`` there leaves every
+        scope covering the row its headroom (all True without scopes or for critical work)."""
+        ok = np.ones(len(rows), dtype=bool)
+        if not self.scopes or request.priority is PriorityClass.CRITICAL or not request.gpus:
+            return ok
+        st = self.state
+        if share_cols is not None:
+            need = (st.gpu_free[rows, share_cols] == MILLI_PER_GPU).astype(np.int64)
+        else:
+            need = np.full(len(rows), request.gpus, dtype=np.int64)
+        free = need == 0  # a share on a GPU already in use takes no whole GPU
+        for x in self.scopes:
+            ok &= ~(x.rows[rows] & st.up[rows]) | free | (x.budget >= need)
+        return ok
+
+    def adjust_budgets(self, row: int, sign: int) -> None:
+        """Take (``sign=-1``) or give back (``+1``) a row's whole-free GPUs from every
+        headroom budget covering it: a row closed to new work (a reservation) holds none of
+        the GPUs kept free."""
+        whole = int(self.state.whole_free[row])
+        if self.budget is not None:
+            self.budget += sign * whole
+        for i in self.scope_of[row] if self.scopes else ():
+            self.scopes[i].budget += sign * whole
 
     def fragmentation(self, candidates: int) -> FleetFragmentation | None:
         """The FGD measure, when the cycle can afford it (else best-fit decides).
@@ -121,12 +202,19 @@ class Cycle:
             return 1 if share >= request.gpu_milli else 0
         return whole if request.gpus else 0
 
-    def charge(self, request: Request, choice: Choice, whole_taken: int) -> None:
+    def charge(self, request: Request, choice: Choice, whole_taken: int,
+               per_row: Sequence[tuple[int, int]] = ()) -> None:
         """Book a commit on the budgets: ``whole_taken`` whole-free GPUs of up nodes against
-        the headroom (non-critical work only), the part's milli against each part's quota."""
+        the headroom (non-critical work only), ``per_row`` (row, whole-free GPUs taken)
+        against the scopes covering each row, the part's milli against each part's quota."""
         if request.priority is not PriorityClass.CRITICAL:
             assert self.budget is not None
             self.budget -= whole_taken
+            if self.scopes:
+                scope_of = self.scope_of
+                for row, taken in per_row:
+                    for i in scope_of[row]:
+                        self.scopes[i].budget -= taken
         for g in choice.groups:
             if g >= 0:
                 self.remaining[g] -= request.gpus * request.gpu_milli
@@ -135,7 +223,8 @@ class Cycle:
         st = self.state
         parts = []
         up_rows = [r for r in choice.rows if st.up[r]]
-        whole_before = sum(int(st.whole_free[r]) for r in up_rows)
+        before = [int(st.whole_free[r]) for r in up_rows]
+        whole_before = sum(before)
         gpu_index = st.layout.gpu_index
         milli = request.gpu_milli if request.gpus else 0
         for row, cols in zip(choice.rows, choice.cols, strict=True):
@@ -146,7 +235,9 @@ class Cycle:
                 cpu_milli=request.cpu_milli, memory_mib=request.memory_mib))
         st.take_columns(choice.rows, choice.cols, milli, request.cpu_milli,
                         request.memory_mib)
-        self.charge(request, choice, whole_before - sum(int(st.whole_free[r]) for r in up_rows))
+        per_row = [(r, b - int(st.whole_free[r])) for r, b in zip(up_rows, before, strict=True)]
+        self.charge(request, choice, whole_before - sum(int(st.whole_free[r]) for r in up_rows),
+                    per_row)
         return Placement(request.name, tuple(parts), cross_zone=choice.cross_zone,
                          transfer_seconds=choice.transfer_seconds)
 
@@ -339,6 +430,15 @@ def _choose(cycle: Cycle, request: Request, weight: int, view: RequestView,
             return None
         if len(cand) < request.nodes:
             return None
+    scoped = bool(cycle.scopes) and request.priority is not PriorityClass.CRITICAL and bool(
+        request.gpus)
+    if scoped:
+        keep = cycle.scope_ok(request, cand, share_cols)
+        cand = cand[keep]
+        if share_cols is not None:
+            share_cols = share_cols[keep]
+        if len(cand) < request.nodes:
+            return None
     score = view.penalty[cand] * _PENALTY_RANK + node_cost(cycle, request, cand, share_cols)
     part = request.gpus * request.gpu_milli
     if request.nodes == 1:
@@ -348,9 +448,12 @@ def _choose(cycle: Cycle, request: Request, weight: int, view: RequestView,
         chosen = []
         used: dict[int, int] = {}
         taken: dict[int, int] = {}
+        spent: dict[int, int] = {}  # whole GPUs a gang's chosen parts take per scope
         for k in np.argsort(score, kind="stable"):
             g = int(groups[cand[k]])
             if g >= 0 and part and cycle.remaining[g] - used.get(g, 0) < part:
+                continue
+            if scoped and not _scopes_room(cycle, int(cand[k]), request.gpus, spent):
                 continue
             if caps is not None:
                 code = int(caps[0][cand[k]])
@@ -358,6 +461,8 @@ def _choose(cycle: Cycle, request: Request, weight: int, view: RequestView,
                     continue
                 taken[code] = taken.get(code, 0) + 1
             chosen.append(int(k))
+            if scoped:
+                _scopes_book(cycle, int(cand[k]), request.gpus, spent)
             if g >= 0:
                 used[g] = used.get(g, 0) + part
             if len(chosen) == request.nodes:
@@ -367,6 +472,17 @@ def _choose(cycle: Cycle, request: Request, weight: int, view: RequestView,
     rows_t = tuple(int(cand[k]) for k in chosen)
     share_t = None if share_cols is None else tuple(int(share_cols[k]) for k in chosen)
     return _make_choice(st, request, weight, view, groups, rows_t, share_t)
+
+
+def _scopes_room(cycle: Cycle, row: int, gpus: int, spent: dict[int, int]) -> bool:
+    """Whether a gang part of ``gpus`` whole GPUs on ``row`` fits every scope covering it
+    after the parts already ``spent`` (:func:`_scopes_book` books it)."""
+    return all(cycle.scopes[i].budget - spent.get(i, 0) >= gpus for i in cycle.scope_of[row])
+
+
+def _scopes_book(cycle: Cycle, row: int, gpus: int, spent: dict[int, int]) -> None:
+    for i in cycle.scope_of[row]:
+        spent[i] = spent.get(i, 0) + gpus
 
 
 def _make_choice(st: FleetState, request: Request, weight: int, view: RequestView,
@@ -513,12 +629,14 @@ class BestFitChooser:
             raise ValueError(f"{request.name}: two parts on one node")
         parts = []
         whole_taken = 0
+        per_row: list[tuple[int, int]] = []
         free_sum, members, code_of, index_of = (self.free_sum, self.members, self.code_of,
                                                 self.index)
         cpu_part, mem_part = request.cpu_milli, request.memory_mib
         for row, cols, name, gpus, cpu, mem in after:
             whole = gpus.count(MILLI_PER_GPU)
             whole_taken += self.whole[row] - whole
+            per_row.append((row, self.whole[row] - whole))
             self.gpu[row], self.whole[row], self.cpu[row], self.mem[row] = gpus, whole, cpu, mem
             # Columns hold 0..1000 after the checks above: the node's free milli drops by
             # exactly what the part took; the row moves to its new place in its group.
@@ -534,7 +652,7 @@ class BestFitChooser:
                 index = index_of[row] = layout.gpu_index[row].tolist()
             parts.append(NodeAssignment(name, tuple([index[c] for c in cols]), milli,
                                         cpu_part, mem_part))
-        cycle.charge(request, choice, whole_taken)
+        cycle.charge(request, choice, whole_taken, per_row)
         return Placement(request.name, tuple(parts), choice.cross_zone, choice.transfer_seconds)
 
     def sync(self) -> None:
@@ -594,6 +712,10 @@ class BestFitChooser:
                 and gpus * k > (cycle.budget or 0)):
             return None
         guard = share and bool(headroom and not critical and (cycle.budget or 0) < 1)
+        # Headroom per model/group: rows under a scope check its budget (None: no scopes).
+        scope_of = cycle.scope_of if cycle.scopes and not critical and gpus else None
+        scopes = cycle.scopes
+        spent: dict[int, int] = {}  # a gang's chosen parts' whole GPUs per scope
         remaining = cycle.remaining
         quota = len(remaining) > 0
         cpu_free, mem_free, whole, gpu = self.cpu, self.mem, self.whole, self.gpu
@@ -625,8 +747,13 @@ class BestFitChooser:
                         if share:
                             fits = [v for v in gpu[row] if v >= milli]
                             ok = bool(fits) and not (guard and min(fits) == MILLI_PER_GPU)
+                            if ok and scope_of is not None and scope_of[row]:
+                                ok = min(fits) < MILLI_PER_GPU or all(
+                                    scopes[i].budget >= 1 for i in scope_of[row])
                         else:
                             ok = whole[row] >= gpus
+                            if ok and scope_of is not None and scope_of[row]:
+                                ok = all(scopes[i].budget >= gpus for i in scope_of[row])
                     if not ok:
                         dead.add(row)
                         continue
@@ -656,11 +783,15 @@ class BestFitChooser:
             for entry, c, g in sorted(found):
                 if g >= 0 and part and remaining[g] - used.get(g, 0) < part:
                     continue
+                if scope_of is not None and not _scopes_room(cycle, entry[1], gpus, spent):
+                    continue
                 if caps is not None:
                     if caps.get(c, 0) <= 0:
                         continue
                     caps = {**caps, c: caps[c] - 1}
                 chosen.append(entry)
+                if scope_of is not None:
+                    _scopes_book(cycle, entry[1], gpus, spent)
                 if g >= 0:
                     used[g] = used.get(g, 0) + part
                 if len(chosen) == k:

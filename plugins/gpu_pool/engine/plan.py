@@ -54,6 +54,7 @@ from gpu_pool.engine.greedy import (
     Cycle,
     best_greedy,
     greedy_order,
+    headroom_scopes,
 )
 from gpu_pool.engine.objective import RequestView, aged_weights, build_view, view_key
 from gpu_pool.engine.quota import QuotaBook
@@ -170,8 +171,10 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     mix = mix_of(requests, workload_mix) if len(eligible) <= FGD_DECISIONS else WorkloadMix((), ())
     if len(mix) and len(eligible) <= FGD_DECISIONS and len(mix) * state.size <= FGD_CELLS:
         state.fragmentation(mix)  # warm the caller's cache: later copies rebind, not rebuild
-    start = Cycle(state.copy(), book.remaining(), policy.critical_headroom_gpus,
-                  mix if len(mix) else None, decisions=max(len(eligible), 1))
+    start_state = state.copy()
+    start = Cycle(start_state, book.remaining(), policy.critical_headroom_gpus,
+                  mix if len(mix) else None, decisions=max(len(eligible), 1),
+                  scopes=headroom_scopes(start_state, policy.headroom))
     ordered = greedy_order(eligible, weights)
     held = reserve.reserve(start, ordered, weights, views, groups, policy, now)
     if held.placements:

@@ -11,7 +11,10 @@ The first test that holds gives the reason:
 5. ``outranked``: it fits the capacity still free after this cycle's plan, which left it out
    for requests ranked ahead of it (rare: a plan places what still fits).
 6. ``headroom_reserved``: it fits in the free capacity but only by dipping into the
-   whole GPUs kept for critical work.
+   whole GPUs kept for critical work: fleet-wide ("4 whole GPUs are held for critical
+   work and only 3 are free"), else the first headroom per model/group in the policy's
+   order that alone keeps it out ("held back: headroom for critical work — 4 A100 GPUs on
+   group core are kept free").
 7. ``node_reserved``: it would fit, but only on nodes reserved for a starving request
    (:mod:`gpu_pool.engine.reserve`); the sentence names the nodes and the request.
 8. ``waiting_for_capacity``: it does not fit the free capacity; the sentence says what
@@ -150,12 +153,25 @@ def pending_reason(request: Request, weight: int, view: RequestView, groups: np.
                              "outranked: it fits the GPUs still free, but this cycle's plan "
                              "left it out for requests ranked ahead of it (higher priority, "
                              "longer wait or a better fit)")
-    if end.headroom:
+    if end.headroom or end.scopes:
         relaxed = Cycle(end.state, end.remaining, 0, end.mix, end.state.whole_free_up())
         if fit(relaxed, request, weight, view, groups) is not None:
+            fleet = Cycle(end.state, end.remaining, end.headroom, end.mix, end.budget)
+            if end.headroom and fit(fleet, request, weight, view, groups) is None:
+                return PendingReason(name, ReasonCode.HEADROOM_RESERVED,
+                                     f"{end.headroom} whole GPUs are held for critical "
+                                     f"work and only {end.state.whole_free_up()} are free")
+            for scope in end.scopes:
+                alone = Cycle(end.state, end.remaining, 0, end.mix, end.state.whole_free_up(),
+                              scopes=[scope])
+                if fit(alone, request, weight, view, groups) is None:
+                    return PendingReason(name, ReasonCode.HEADROOM_RESERVED,
+                                         f"held back: headroom for critical work — "
+                                         f"{scope.label} are kept free")
             return PendingReason(name, ReasonCode.HEADROOM_RESERVED,
-                                 f"{end.headroom} whole GPUs are held for critical "
-                                 f"work and only {end.state.whole_free_up()} are free")
+                                 "held back: headroom for critical work — "
+                                 + ", ".join(x.label for x in end.scopes)
+                                 + " are kept free, together")
     held = inputs.held
     opened = inputs.opened
     if opened is not None and held is not None:

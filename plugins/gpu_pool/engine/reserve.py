@@ -127,8 +127,7 @@ def holdable_rows(cycle: Cycle, request: Request, view: RequestView,
 def _close(cycle: Cycle, rows: Sequence[int]) -> None:
     st = cycle.state
     for row in rows:
-        if cycle.budget is not None:
-            cycle.budget -= int(st.whole_free[row])
+        cycle.adjust_budgets(row, -1)  # the fleet-wide and per model/group headroom
         st.set_schedulable(st.layout.names[row], False)
     cycle._blocks = None
 
@@ -140,8 +139,7 @@ def reopened(cycle: Cycle, rows: Sequence[int]) -> Cycle:
     st = opened.state
     for row in rows:
         st.set_schedulable(st.layout.names[row], True)
-        if opened.budget is not None:
-            opened.budget += int(st.whole_free[row])
+        opened.adjust_budgets(row, +1)
     opened._blocks = None
     return opened
 
