@@ -312,17 +312,21 @@ class Store:
     # -- placement ----------------------------------------------------------------------
 
     def load_snapshot(self, policy: Policy, now: datetime) -> Snapshot:
-        """Nodes, active allocations, pending requests and quotas, read in one transaction."""
+        """Nodes, active allocations, pending requests, quotas and each team's decayed
+        use (fair share, :mod:`gpu_pool.store.usage`), read in one transaction."""
         from gpu_pool.engine.types import Snapshot
+        from gpu_pool.store import usage
 
         with self._read() as conn:
+            active = tuple(allocations.active_allocations(conn))
             return Snapshot(
                 nodes=tuple(fleet.list_nodes(conn)),
-                allocations=tuple(allocations.active_allocations(conn)),
+                allocations=active,
                 requests=tuple(requests.pending_requests(conn)),
                 quotas=tuple(quotas.list_quotas(conn)),
                 policy=policy,
                 now=now,
+                team_usage=usage.team_usage(conn, active, now, policy.fair_share_half_life),
             )
 
     def apply_plan(self, plan: Plan, now: datetime, actor: str,
