@@ -1,7 +1,9 @@
 """Workload commands: ``submit``, ``queue``, ``place``, ``why`` and ``release``.
 
 ``queue`` and ``why`` run the placement engine as a what-if (nothing is written); ``place``
-runs one cycle and applies it, unless ``--dry-run``.
+runs one cycle and applies it, unless ``--dry-run``. ``queue`` shows each team's decayed
+use (fair share: ``used`` in GPU-hours; among equals the team with less goes first) and,
+in text, one line per team ("team cv: 41.2 decayed GPU-h, rank 2/4").
 """
 
 from __future__ import annotations
@@ -157,19 +159,38 @@ def queue(args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     snapshot, plan = _dry_run(store, now)
     by_name = {r.name: r for r in snapshot.requests}
+    usage = snapshot.team_usage
     rows = []
     for p in plan.placements:  # what would start now, in the engine's order
         node_list = ",".join(f"{a.node}/{','.join(map(str, a.gpu_indices))}" for a in p.assignments)
+        note = f" ({p.note})" if p.note else ""
         rows.append({**_request_row(by_name[p.request_name], now), "state": "next",
-                     "reason": f"would start now on {node_list}"})
+                     "reason": f"would start now on {node_list}{note}"})
     for reason in plan.pending:
         rows.append({**_request_row(by_name[reason.request_name], now), "state": reason.code,
                      "reason": reason.message})
+    for row in rows:
+        row["used"] = round(usage.get(row["team"], 0.0), 1)
     if team is not None:
         rows = [r for r in rows if r["team"] == team]
-    emit(args.json, rows, ("request", "team", "priority", "gpus", "waited", "state", "reason"),
+    emit(args.json, rows,
+         ("request", "team", "priority", "gpus", "waited", "used", "state", "reason"),
          empty="the queue is empty")
+    if not args.json and usage:
+        print()
+        for line in fair_share_lines(usage, {r["team"] for r in rows}):
+            print(line)
     return 0
+
+
+def fair_share_lines(usage: dict[str, float], teams: set[str]) -> list[str]:
+    """One line per team of ``teams`` (sorted by rank): its decayed use and its rank among
+    every team with use or in ``teams`` (1 = least used, goes first among equals)."""
+    from gpu_pool.store.usage import ranks
+
+    rank = ranks(usage, teams)
+    return [f"team {t}: {usage.get(t, 0.0):.1f} decayed GPU-h, rank {rank[t]}/{len(rank)}"
+            for t in sorted(teams, key=lambda t: rank[t])]
 
 
 def place(args: argparse.Namespace) -> int:

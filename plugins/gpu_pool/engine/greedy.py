@@ -25,8 +25,10 @@ node choice
     is no FGD measure). Whole GPUs take the lowest fully free indices;
     a share takes the tightest GPU that holds it. A gang takes its K best distinct rows.
 
-Order: aged weight descending, then larger requests first, then older, then by name:
-deterministic, so the same snapshot always yields the same plan.
+Order: aged weight descending, then (fair share) the team with less decayed use first,
+then larger requests first, then older, then by name: deterministic, so the same snapshot
+always yields the same plan. Fair share only breaks ties of equal aged weight, so it never
+lifts a request above a more urgent class or above a longer wait that aged its weight.
 
 Invariants: :func:`fit` never changes the cycle; :meth:`Cycle.commit` applies through
 :meth:`FleetState.apply`, which refuses any over-allocation, so a plan built here never
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 import bisect
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -823,28 +825,37 @@ def group_codes(layout: FleetLayout) -> np.ndarray:
     return codes
 
 
-def greedy_order(requests: Sequence[Request], weights: dict[str, int]) -> list[Request]:
-    """Most valuable first (see the module docstring); deterministic."""
+def greedy_order(requests: Sequence[Request], weights: dict[str, int],
+                 usage: Mapping[str, float] | None = None) -> list[Request]:
+    """Most valuable first (see the module docstring); deterministic. ``usage``: decayed
+    GPU-hours per team (fair share; None or empty: off)."""
+    use = usage or {}
+
     def key(r: Request) -> tuple:
         t = r.submitted_at.timestamp() if r.submitted_at else float("-inf")
-        return (-weights[r.name], -r.total_gpu_milli, t, r.name)
+        return (-weights[r.name], use.get(r.team, 0.0), -r.total_gpu_milli, t, r.name)
     return sorted(requests, key=key)
 
 
-def other_greedy_orders(requests: Sequence[Request],
-                        weights: dict[str, int]) -> list[list[Request]]:
+def other_greedy_orders(requests: Sequence[Request], weights: dict[str, int],
+                        usage: Mapping[str, float] | None = None) -> list[list[Request]]:
     """The orders a small cycle tries besides :func:`greedy_order` (:func:`best_greedy`):
-    within equal weight, oldest first and smallest first. Weight always ranks first."""
+    within equal weight (then fair share), oldest first and smallest first. Weight always
+    ranks first."""
+    use = usage or {}
+
     def submitted(r: Request) -> float:
         return r.submitted_at.timestamp() if r.submitted_at else float("-inf")
 
-    return [sorted(requests, key=lambda r: (-weights[r.name], submitted(r), r.name)),
-            sorted(requests, key=lambda r: (-weights[r.name], r.total_gpu_milli,
-                                            submitted(r), r.name))]
+    return [sorted(requests, key=lambda r: (-weights[r.name], use.get(r.team, 0.0),
+                                            submitted(r), r.name)),
+            sorted(requests, key=lambda r: (-weights[r.name], use.get(r.team, 0.0),
+                                            r.total_gpu_milli, submitted(r), r.name))]
 
 
 def best_greedy(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
-                views: dict[str, RequestView], groups: dict[str, np.ndarray]
+                views: dict[str, RequestView], groups: dict[str, np.ndarray],
+                usage: Mapping[str, float] | None = None
                 ) -> tuple[Cycle, list[Placement], int]:
     """Greedy over ``ordered`` (:func:`greedy_order` of the eligible requests), and, when the
     cycle affords the FGD measure and has more than one request, over the
@@ -863,7 +874,7 @@ def best_greedy(start: Cycle, ordered: Sequence[Request], weights: dict[str, int
     frag = work.fragmentation(1)
     best = (value, -frag.fleet_fragment() if frag is not None else 0.0)
     seen = {tuple(r.name for r in ordered)}
-    for order in other_greedy_orders(ordered, weights):
+    for order in other_greedy_orders(ordered, weights, usage):
         key = tuple(r.name for r in order)
         if key in seen:
             continue
