@@ -148,3 +148,26 @@ def test_views_agree_with_the_store_on_both_databases(seeded):
         {"dag_id": "train_llm", "task_id": "finetune", "run_id": "manual__2026-12-01T08:00:00+00:00"})
     assert placed.airflow_url.endswith("/tasks/finetune")
     assert quote("manual__2026-12-01T08:00:00+00:00", safe="") in placed.airflow_url
+
+
+def test_fair_share_on_the_fleet_and_queue_views(seeded):
+    store, now, _ = seeded
+    shares = views.fleet(store, now).fair_share
+    assert sorted(f.team for f in shares) == sorted(t.name for t in store.list_teams())
+    assert [f.rank for f in shares] == list(range(1, len(shares) + 1))
+    used = [f.decayed_gpu_hours for f in shares]
+    assert used == sorted(used) and used[-1] > 0
+    # Decayed use never exceeds the plain GPU-hours held (ledger and active, up to now).
+    plain = {}
+    for e in store.ledger():
+        plain[e.team] = plain.get(e.team, 0.0) + e.gpu_hours
+    for a in store.active_allocations():
+        hours = max((now - a.started_at).total_seconds(), 0) / 3600
+        plain[a.team] = plain.get(a.team, 0.0) + a.gpu_milli_total / 1000 * hours
+    assert all(f.decayed_gpu_hours <= plain.get(f.team, 0.0) + 1e-3 for f in shares)
+    by_team = {f.team: f.decayed_gpu_hours for f in shares}
+    queue = views.queue(store, now)
+    assert queue.fair_share == shares
+    assert all(i.team_decayed_gpu_hours == by_team[i.team] for i in queue.items)
+    off = Policy(fair_share_half_life=timedelta(0))
+    assert views.fleet(store, now, off).fair_share == []

@@ -121,13 +121,13 @@ def create_app(store_factory: Callable[[], Store] | None = None,
 
     @app.get("/api/fleet", dependencies=auth, response_model=FleetOut, tags=["fleet"])
     def get_fleet() -> FleetOut:
-        return views.fleet(store(), clock())
+        return views.fleet(store(), clock(), policy)
 
     @app.get("/api/queue", dependencies=auth, response_model=QueueOut, tags=["queue"])
     def get_queue(team: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
                   limit: Annotated[int | None, Query(ge=1, le=100_000)] = None) -> QueueOut:
         known_team(team)
-        return views.queue(store(), clock(), team=team, limit=limit)
+        return views.queue(store(), clock(), team=team, limit=limit, policy=policy)
 
     @app.get("/api/quotas", dependencies=auth, response_model=QuotasOut, tags=["quotas"])
     def get_quotas() -> QuotasOut:

@@ -84,10 +84,20 @@ class FleetSummary(BaseModel):
     by_status: dict[str, int]
 
 
+class FairShareOut(BaseModel):
+    """A team's decayed past GPU-hours (Policy.fair_share_half_life) and its rank: 1 =
+    least used, first among requests of equal priority and wait."""
+
+    team: str
+    decayed_gpu_hours: float
+    rank: int
+
+
 class FleetOut(BaseModel):
     at: datetime
     summary: FleetSummary
     groups: list[NodeGroupOut]
+    fair_share: list[FairShareOut] = []
 
 
 class QueueItemOut(BaseModel):
@@ -106,6 +116,7 @@ class QueueItemOut(BaseModel):
     data_ready: bool
     dataset: str | None
     task: TaskLinkOut | None = None
+    team_decayed_gpu_hours: float = 0.0  # fair share: its team's decayed use
 
 
 class QueueOut(BaseModel):
@@ -113,6 +124,7 @@ class QueueOut(BaseModel):
     total: int
     teams: list[str]
     items: list[QueueItemOut]
+    fair_share: list[FairShareOut] = []
 
 
 class QuotaOut(BaseModel):

@@ -26,6 +26,7 @@ from gpu_pool.api import queries
 from gpu_pool.api.schemas import (
     AllocationOut,
     CrossZoneMoveOut,
+    FairShareOut,
     FleetOut,
     FleetSummary,
     GpuOut,
@@ -91,7 +92,23 @@ def _gpu_status(node: Node, gpu: Gpu, held: int) -> str:
     return "held" if held >= 1000 else "partial"
 
 
-def fleet(store: Store, now: datetime) -> FleetOut:
+def fair_share(store: Store, policy: Policy | None, now: datetime,
+               teams: list[str] | None = None) -> tuple[dict[str, float], list[FairShareOut]]:
+    """Each team's decayed use (:mod:`gpu_pool.store.usage`) and the ranked rows, for
+    every team on record (and ``teams``); nothing when fair share is off."""
+    from gpu_pool.store.usage import ranks
+
+    pol = policy or Policy()
+    if pol.fair_share_half_life <= timedelta(0):
+        return {}, []
+    used = store.team_usage(now, pol.fair_share_half_life)
+    names = {t.name for t in store.list_teams()} | set(teams or ())
+    rank = ranks(used, names)
+    return used, [FairShareOut(team=t, decayed_gpu_hours=round(used.get(t, 0.0), 3),
+                               rank=rank[t]) for t in sorted(rank, key=rank.__getitem__)]
+
+
+def fleet(store: Store, now: datetime, policy: Policy | None = None) -> FleetOut:
     nodes = store.list_nodes()
     active = store.active_allocations()
     links = request_links(store, [a.request_name for a in active])
@@ -127,6 +144,7 @@ def fleet(store: Store, now: datetime) -> FleetOut:
                              by_status=dict(sorted(counts.items()))),
         groups=[NodeGroupOut(zone=z, gpu_model=m, nodes=ns)
                 for (z, m), ns in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))],
+        fair_share=fair_share(store, policy, now)[1],
     )
 
 
@@ -139,12 +157,13 @@ def _shape(row: dict[str, Any]) -> str:
 
 
 def queue(store: Store, now: datetime, team: str | None = None,
-          limit: int | None = None) -> QueueOut:
+          limit: int | None = None, policy: Policy | None = None) -> QueueOut:
     rows = queries.request_rows(store.engine, state="pending")
     far = datetime.max.replace(tzinfo=now.tzinfo)
     rows.sort(key=lambda r: (PriorityClass(r["priority"]).rank, r["submitted_at"] or far,
                              r["name"]))
     teams = sorted({r["team"] for r in rows})
+    used, shares = fair_share(store, policy, now, teams)
     items = []
     for position, r in enumerate(rows, start=1):
         if team is not None and r["team"] != team:
@@ -158,10 +177,11 @@ def queue(store: Store, now: datetime, team: str | None = None,
             submitted_at=submitted,
             waited_s=(now - submitted).total_seconds() if submitted else None,
             reason_code=r["reason_code"], reason_message=r["reason_message"],
-            data_ready=bool(r["data_ready"]), dataset=r["dataset_uri"], task=task_link(r)))
+            data_ready=bool(r["data_ready"]), dataset=r["dataset_uri"], task=task_link(r),
+            team_decayed_gpu_hours=round(used.get(r["team"], 0.0), 3)))
     if limit is not None:
         items = items[:limit]
-    return QueueOut(at=now, total=len(rows), teams=teams, items=items)
+    return QueueOut(at=now, total=len(rows), teams=teams, items=items, fair_share=shares)
 
 
 def alert_level(quota: Quota, now: datetime, alert_days: tuple[int, ...]) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, text
@@ -349,6 +349,14 @@ class Store:
                until: datetime | None = None) -> list[LedgerEntry]:
         with self._read() as conn:
             return ledger.read(conn, since, until)
+
+    def team_usage(self, now: datetime, half_life: timedelta) -> dict[str, float]:
+        """Each team's decayed GPU-hours at ``now`` (fair share, :mod:`.usage`)."""
+        from gpu_pool.store import usage
+
+        with self._read() as conn:
+            active = allocations.active_allocations(conn)
+            return usage.team_usage(conn, active, now, half_life)
 
     def events(self, since: datetime | None = None, subject: str | None = None,
                limit: int | None = None) -> list[events.Event]:

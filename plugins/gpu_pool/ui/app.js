@@ -106,6 +106,9 @@ function renderFleet(data) {
           }))))));
   });
   document.getElementById("fleet-groups").replaceChildren(...groups);
+  const shares = (data.fair_share || []).map((f) => el("tr", { "data-team": f.team },
+    el("td", {}, f.rank), el("td", {}, f.team), el("td", {}, f.decayed_gpu_hours.toFixed(1))));
+  document.querySelector("#fair-share-table tbody").replaceChildren(...shares);
 }
 
 function wireTooltip() {
@@ -141,6 +144,7 @@ function renderQueue(data) {
     el("td", {}, r.shape + (r.gpu_models.length ? ` (${r.gpu_models.join("|")})` : "")),
     el("td", {}, duration(r.waited_s)),
     el("td", {}, r.data_ready ? "ready" : "not ready"),
+    el("td", {}, (r.team_decayed_gpu_hours || 0).toFixed(1)),
     el("td", { class: "reason" }, r.reason_message || "not yet considered by a placement cycle",
       r.reason_code ? el("div", {}, el("code", {}, r.reason_code)) : null)));
   document.querySelector("#queue-table tbody").replaceChildren(...rows);
