@@ -1,4 +1,7 @@
-"""gpu_pool_quota_alerts (daily): quota-expiry, run-past-expiry and GPU-hour budget notices.
+"""gpu_pool_quota_alerts (every 15 minutes): quota-expiry, run-past-expiry and GPU-hour
+budget notices, and the notice before the peak to owners of off-peak work still running
+(which must come inside ``Policy.off_peak_notice``, 30 minutes by default: hence the
+schedule; every other notice is still sent once, however often this runs).
 
 Each notice goes out once per quota and threshold, however often this runs (the ops table
 ``ops_notifications`` holds the key). Settings: Airflow Variable ``gpu_pool_ops``; channels:
@@ -12,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from airflow.sdk import dag, task
 
 
-@dag(dag_id="gpu_pool_quota_alerts", schedule="@daily", start_date=datetime(2026, 1, 1),
+@dag(dag_id="gpu_pool_quota_alerts", schedule="*/15 * * * *", start_date=datetime(2026, 1, 1),
      catchup=False, max_active_runs=1, tags=["gpu-pool", "ops"],
      default_args={"retries": 3, "retry_delay": timedelta(minutes=5)})
 def gpu_pool_quota_alerts() -> None:

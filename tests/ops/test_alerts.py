@@ -10,7 +10,10 @@ import pytest
 from gpu_pool.model import (
     Allocation,
     LedgerEntry,
+    OffPeak,
+    OffPeakWindow,
     Outcome,
+    Policy,
     PriorityClass,
     Purpose,
     Quota,
@@ -20,6 +23,7 @@ from gpu_pool.model import (
 from gpu_pool.notify import EmailChannel, TeamChannels
 from gpu_pool.ops.alerts import deliver_alerts, plan_alerts
 from gpu_pool.ops.config import OpsConfig
+from gpu_pool.ops.records import NoticeKey
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -169,3 +173,66 @@ def test_an_unwritable_file_webhook_fails_clearly_and_is_retried(records, tmp_pa
     assert error == (f"webhook file {tmp_path}/missing-folder/v.jsonl could not be written: "
                      "No such file or directory")
     assert records.notices() == []  # the claim was given back: the next run tries again
+
+
+# ------------------------------------------------------------- the notice before the peak
+
+BERLIN = Policy(off_peak=OffPeak((OffPeakWindow(20, 8),), "Europe/Berlin"))
+PEAK = datetime(2026, 12, 2, 7, 0, tzinfo=UTC)  # 08:00 in Berlin (UTC+1 in December)
+
+
+def off_peak_alloc(name: str, team: str, node: str = "n1", preemptible: bool = True,
+                   off_peak: bool = True, grace: timedelta | None = None) -> Allocation:
+    return Allocation(name, node, (0,), 1000, 0, 0, team, Purpose.PRETRAINING,
+                      PriorityClass.BATCH, "A100", PEAK - timedelta(hours=8),
+                      ends_by=PEAK - timedelta(minutes=5) if not preemptible else None,
+                      preemptible=preemptible, off_peak=off_peak, grace=grace)
+
+
+OFF_PEAK_WORK = [off_peak_alloc("cv-gang", "cv", "n1"), off_peak_alloc("cv-gang", "cv", "n2"),
+                 off_peak_alloc("cv-short", "cv", preemptible=False),
+                 off_peak_alloc("nlp-own", "nlp", off_peak=False),
+                 off_peak_alloc("vis-pre", "vision", grace=timedelta(seconds=30))]
+
+
+@pytest.mark.parametrize(("before_peak", "teams"), [
+    (timedelta(minutes=20), ["cv", "vision"]),
+    (timedelta(minutes=30), ["cv", "vision"]),   # exactly the notice
+    (timedelta(minutes=31), []),                 # not yet
+    (timedelta(minutes=-1), []),                 # the peak has come: the plan preempts
+])
+def test_off_peak_notice_window(before_peak: timedelta, teams: list[str]) -> None:
+    alerts = plan_alerts([], [], OFF_PEAK_WORK, [], CFG, PEAK - before_peak, BERLIN)
+    assert [a.notice.team for a in alerts] == teams
+    assert all(a.key == NoticeKey("off_peak_ending", a.notice.team, 0, PEAK.isoformat())
+               for a in alerts)
+
+
+def test_off_peak_notice_lists_tasks_peak_and_fate() -> None:
+    cv, vision = plan_alerts([], [], OFF_PEAK_WORK, [], CFG, PEAK - timedelta(minutes=20),
+                             BERLIN)
+    assert cv.notice.subject == "[gpu-pool] cv: 2 off-peak tasks end at the peak, 08:00 " \
+                                "Europe/Berlin"
+    assert "in 20 min" in cv.notice.body
+    assert "  - cv-gang on n1: preempted at 08:00 with 120 s grace" in cv.notice.body
+    assert "  - cv-short on n1: not preemptible: must end before the peak (its time limit " \
+           "ends 06:55 UTC)" in cv.notice.body
+    assert "vis-pre on n1: preempted at 08:00 with 30 s grace" in vision.notice.body
+    assert dict(cv.notice.facts)["task_names"] == "cv-gang,cv-short"
+
+
+def test_off_peak_notice_is_sent_once_per_team_and_peak(records, webhook) -> None:
+    teams = [Team("cv", notify_webhook=webhook.url), Team("vision")]
+    channels = TeamChannels(email=None)
+    for minutes in (25, 10):  # two runs inside the notice window
+        now = PEAK - timedelta(minutes=minutes)
+        deliver_alerts(plan_alerts([], [], OFF_PEAK_WORK, [], CFG, now, BERLIN), teams, records,
+                       channels, now)
+    assert len(webhook.posts) == 1
+    assert webhook.posts[0]["gpu_pool"]["kind"] == "off_peak_ending"
+    assert "cv-gang" in webhook.posts[0]["text"]
+    # The next night's peak is a new notice.
+    tomorrow = PEAK + DAY - timedelta(minutes=10)
+    deliver_alerts(plan_alerts([], [], OFF_PEAK_WORK, [], CFG, tomorrow, BERLIN), teams,
+                   records, channels, tomorrow)
+    assert len(webhook.posts) == 2

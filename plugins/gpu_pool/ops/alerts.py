@@ -1,4 +1,5 @@
-"""Quota alerts: expiry warnings, runs that would outlive their quota, GPU-hour budgets.
+"""Quota alerts: expiry warnings, runs that would outlive their quota, GPU-hour budgets,
+and the notice before the peak to owners of off-peak work still running.
 
 Terms
 -----
@@ -13,6 +14,14 @@ threshold crossed
 budget used
     GPU-hours of the quota's team, purpose and model inside the quota's validity window:
     finished ledger entries (the part inside the window) plus active allocations so far.
+off-peak notice
+    While off-peak, once the next peak (:meth:`OffPeak.peak_starts`) is at most
+    ``Policy.off_peak_notice`` away: one notice per team with off-peak allocations
+    (``Allocation.off_peak``) still running, listing its tasks, the peak (fleet time) and
+    what happens then: preemptible ones are preempted with their grace, the others must
+    end by their time limit before it. Keyed by (team, peak): once per team and peak.
+    The alert run must come at least once inside the notice window (the maintenance DAG
+    runs every 15 minutes; the default notice is 30 minutes).
 
 :func:`plan_alerts` is pure (no I/O, no clock). :func:`run_alerts` claims each notice in the
 store before sending it (see :mod:`gpu_pool.ops.records`), so reruns never repeat one.
@@ -25,7 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from gpu_pool.model import Allocation, LedgerEntry, Quota, Request, Team
+from gpu_pool.model import Allocation, LedgerEntry, Policy, Quota, Request, Team
 from gpu_pool.notify.channels import DeliveryError, Notice, TeamChannels
 from gpu_pool.ops.config import OpsConfig
 from gpu_pool.ops.records import NoticeKey, OpsRecords, iso
@@ -91,12 +100,60 @@ def _expected_end(a: Allocation) -> datetime | None:
 
 def plan_alerts(quotas: Sequence[Quota], ledger: Sequence[LedgerEntry],
                 allocations: Sequence[Allocation], pending: Sequence[Request],
-                config: OpsConfig, now: datetime) -> list[Alert]:
+                config: OpsConfig, now: datetime, policy: Policy | None = None) -> list[Alert]:
+    """Every notice due at ``now``; ``policy`` (default :class:`Policy`) gives the off-peak
+    windows and notice."""
     alerts: list[Alert] = []
     for q in quotas:
         alerts.extend(_expiry_alerts(q, quotas, allocations, config, now))
         alerts.extend(_budget_alerts(q, ledger, allocations, config, now))
     alerts.extend(_run_past_expiry(quotas, allocations, pending, now))
+    alerts.extend(off_peak_alerts(allocations, policy or Policy(), now))
+    return alerts
+
+
+def off_peak_alerts(allocations: Sequence[Allocation], policy: Policy,
+                    now: datetime) -> list[Alert]:
+    """The off-peak notice (module docstring): one alert per team, or none."""
+    from zoneinfo import ZoneInfo
+
+    if not policy.off_peak.contains(now):
+        return []
+    peak = policy.off_peak.peak_starts(now)
+    if peak is None or peak - now > policy.off_peak_notice:
+        return []
+    zone = policy.off_peak.timezone
+    local = peak.astimezone(ZoneInfo(zone))
+    at = f"{local:%H:%M} {zone}"
+    by_team: dict[str, dict[str, Allocation]] = {}
+    for a in allocations:
+        if a.off_peak:
+            by_team.setdefault(a.team, {}).setdefault(a.request_name, a)  # a gang: once
+    alerts = []
+    minutes = max(math.ceil((peak - now).total_seconds() / 60), 0)
+    for team in sorted(by_team):
+        tasks = by_team[team]
+        lines = []
+        for name in sorted(tasks):
+            a = tasks[name]
+            if a.preemptible:
+                grace = a.grace if a.grace is not None else policy.preemption_grace
+                fate = f"preempted at {local:%H:%M} with {grace.total_seconds():g} s grace"
+            else:
+                end = f" (its time limit ends {a.ends_by:%H:%M} UTC)" if a.ends_by else ""
+                fate = f"not preemptible: must end before the peak{end}"
+            lines.append(f"  - {name} on {a.node}: {fate}")
+        body = (f"The off-peak window ends at {at} (in {minutes} min, "
+                f"{peak:%Y-%m-%d %H:%M} UTC). These tasks of team {team} run beyond its "
+                "quota off-peak; at the peak the preemptible ones get SIGTERM, then SIGKILL "
+                "after their grace. Checkpoint now or let them be requeued.\n"
+                + "\n".join(lines))
+        notice = Notice(team=team, kind="off_peak_ending",
+                        subject=f"[gpu-pool] {team}: {len(tasks)} off-peak task"
+                                f"{'s' if len(tasks) != 1 else ''} end at the peak, {at}",
+                        body=body, facts=(("peak", iso(peak) or ""), ("tasks", str(len(tasks))),
+                                          ("task_names", ",".join(sorted(tasks)))))
+        alerts.append(Alert(NoticeKey("off_peak_ending", team, 0, iso(peak) or ""), notice))
     return alerts
 
 

@@ -28,12 +28,12 @@ def records_for(store: Any) -> OpsRecords:
 
 
 def run_alerts(store: Any, channels: TeamChannels, config: OpsConfig,
-               now: datetime) -> alerts.AlertRun:
+               now: datetime, policy: Policy | None = None) -> alerts.AlertRun:
     quotas = store.list_quotas()
     since = min((q.valid_from for q in quotas), default=now)
     planned = alerts.plan_alerts(quotas, store.ledger(since=since, until=now),
                                  store.active_allocations(), store.pending_requests(),
-                                 config, now)
+                                 config, now, policy)
     return alerts.deliver_alerts(planned, store.list_teams(), records_for(store), channels, now)
 
 
