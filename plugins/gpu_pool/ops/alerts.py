@@ -149,8 +149,9 @@ def off_peak_alerts(allocations: Sequence[Allocation], policy: Policy,
                 "after their grace. Checkpoint now or let them be requeued.\n"
                 + "\n".join(lines))
         notice = Notice(team=team, kind="off_peak_ending",
-                        subject=f"[gpu-pool] {team}: {len(tasks)} off-peak task"
-                                f"{'s' if len(tasks) != 1 else ''} end at the peak, {at}",
+                        subject=f"[gpu-pool] {team}: {len(tasks)} off-peak "
+                                f"{'tasks end' if len(tasks) != 1 else 'task ends'} at the "
+                                f"peak, {at}",
                         body=body, facts=(("peak", iso(peak) or ""), ("tasks", str(len(tasks))),
                                           ("task_names", ",".join(sorted(tasks)))))
         alerts.append(Alert(NoticeKey("off_peak_ending", team, 0, iso(peak) or ""), notice))
