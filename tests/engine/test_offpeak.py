@@ -191,3 +191,44 @@ def test_peak_is_after_now_and_not_off_peak(now, zone, start, end):
     while t < peak:
         assert op.contains(t), (now, t, peak)
         t += timedelta(minutes=15)
+
+
+@pytest.mark.parametrize("zone, day", [
+    ("Europe/Berlin", datetime(2026, 3, 28, tzinfo=UTC)),      # spring forward 03-29
+    ("Europe/Berlin", datetime(2026, 10, 24, tzinfo=UTC)),     # fall back 10-25
+    ("America/New_York", datetime(2026, 3, 7, tzinfo=UTC)),    # 03-08
+    ("America/New_York", datetime(2026, 10, 31, tzinfo=UTC)),  # 11-01
+    ("Australia/Sydney", datetime(2026, 4, 4, tzinfo=UTC)),    # 04-05
+])
+@pytest.mark.parametrize("start, end", [(20, 8), (22, 3), (1, 3), (0, 2), (2, 3), (3, 1)])
+def test_peak_starts_through_dst_every_quarter_hour(zone, day, start, end):
+    """Across a DST change: whenever off-peak, the peak is later, not off-peak, and every
+    quarter hour up to it is off-peak."""
+    op = OffPeak((OffPeakWindow(start, end),), zone)
+    for q in range(3 * 24 * 4):
+        now = day + timedelta(minutes=15 * q)
+        peak = op.peak_starts(now)
+        if not op.contains(now):
+            assert peak is None
+            continue
+        assert peak is not None and peak > now and not op.contains(peak), (now, peak)
+        t = now
+        while t < peak:
+            assert op.contains(t), (now, t, peak)
+            t += timedelta(minutes=15)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.booleans(), st.sampled_from(list(AllocationState))),
+                max_size=8), st.integers(0, 47))
+def test_peak_reclaims_exactly_the_preemptible_off_peak_ones(flags, quarter_hours):
+    now = NIGHT + timedelta(minutes=30 * quarter_hours)
+    allocs = [_alloc(f"a{i}", off_peak=o, preemptible=p, state=s)
+              for i, (o, p, s) in enumerate(flags)]
+    got = {x.request_name for x in peak_reclaims(allocs, POLICY, now)}
+    want = set() if BERLIN.contains(now) else {
+        a.request_name for a in allocs
+        if a.off_peak and a.preemptible and a.state is AllocationState.ACTIVE}
+    assert got == want
+    assert all(x.kind == "peak" and x.grace_s == 120.0
+               for x in peak_reclaims(allocs, POLICY, now))
