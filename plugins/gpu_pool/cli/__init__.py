@@ -1,6 +1,7 @@
 """The ``gpu-pool`` command line.
 
-Each command module (``fleet``, ``workload``, ``demo``, ``simulate``, ``ops``) defines
+Each command module (``fleet``, ``workload``, ``demo``, ``simulate``, ``ops``, ``policy``)
+defines
 ``register(subparsers)``, adding its parsers with ``func=handler`` where
 ``handler(args) -> int``. :func:`main` owns the contract with the shell:
 
@@ -24,7 +25,7 @@ from collections.abc import Sequence
 
 from gpu_pool.errors import GpuPoolError, SpecError
 
-COMMAND_MODULES = ("fleet", "workload", "demo", "simulate", "ops")
+COMMAND_MODULES = ("fleet", "workload", "demo", "simulate", "ops", "policy")
 
 
 class _Parser(argparse.ArgumentParser):
