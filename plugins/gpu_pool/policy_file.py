@@ -488,3 +488,23 @@ def changed_keys(old: Policy, new: Policy) -> list[str]:
     """The keys whose value differs between two policies."""
     return [f.name for f in dataclasses.fields(Policy)
             if f.name in PARSERS and getattr(old, f.name) != getattr(new, f.name)]
+
+
+def policy_in_force(store: Any, path: str | None, actor: str) -> Policy:
+    """The policy a scheduler runs with: ``path`` (``[gpu_pool] policy_file``), when set,
+    is read and validated (a bad file raises :class:`SpecError`, naming the file) and, when
+    it says something other than the store's latest version, recorded as a new version by
+    ``actor``; then the store's latest version is returned."""
+    from contextlib import suppress
+
+    from gpu_pool.errors import ConflictError
+    from gpu_pool.spec import read_input_file
+
+    if path is not None and str(path).strip():
+        text = read_input_file(path, "policy_file")
+        policy = check_document(text, str(path))
+        if policy != store.load_policy():
+            # ConflictError: another scheduler recorded a version at the same moment.
+            with suppress(ConflictError):
+                store.set_policy(text, actor, f"from {path}"[:limits.MAX_TEXT])
+    return store.load_policy()
