@@ -34,6 +34,7 @@ def settings(
     max_held_tasks: int = 64,
     idle_replan_seconds: float = 5.0,
     default_executor: str = "LocalExecutor",
+    policy_file: str | Path | None = None,
     extra: Mapping[str, Mapping[str, object]] | None = None,
 ) -> Settings:
     """gpu-pool's Airflow settings; ``extra`` adds or overrides any ``{section: {key: value}}``."""
@@ -49,6 +50,10 @@ def settings(
     }
     if store_url:
         out["gpu_pool"]["store_url"] = store_url
+    if policy_file is not None:
+        # The sharing policy (gpu_pool.policy_file): read at executor start and recorded in
+        # the store as a new version when it changed.
+        out["gpu_pool"]["policy_file"] = str(policy_file)
     if dags_folder is not None:
         out["core"]["dags_folder"] = str(dags_folder)
     for section, values in (extra or {}).items():

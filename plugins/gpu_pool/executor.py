@@ -111,9 +111,14 @@ class _Watched:
 _ENDED_BY_JOB = frozenset({Outcome.SUCCESS, Outcome.FAILED, Outcome.TIMED_OUT})
 
 
-def _policy_from(store: Any) -> Policy:
-    load = getattr(store, "load_policy", None)
-    return load() if callable(load) else Policy()
+def _policy_from(store: Any, actor: str) -> Policy:
+    """The policy in force: ``[gpu_pool] policy_file`` recorded as a new version when it
+    changed (a bad file raises, so the scheduler stops with its one-line reason), then the
+    store's latest version."""
+    from gpu_pool.policy_file import policy_in_force
+
+    return policy_in_force(store, conf.get(SECTION, "policy_file", fallback=None) or None,
+                           actor)
 
 
 class GpuPoolExecutor(BaseExecutor):
@@ -154,11 +159,12 @@ class GpuPoolExecutor(BaseExecutor):
 
         store = store_from_airflow()
         store.migrate()
+        actor = f"executor@{socket.gethostname()}:{os.getpid()}"
         return PlacementCycle(
             store=store,
-            policy=_policy_from(store),
+            policy=_policy_from(store, actor),
             planner=plan,
-            actor=f"executor@{socket.gethostname()}:{os.getpid()}",
+            actor=actor,
             data_ready=airflow_reads.assets_with_events,
             idle_replan_s=self.idle_replan_s,
         )

@@ -31,3 +31,14 @@ MAX_URI = 2048  # dataset URIs, webhook URLs
 MAX_LABELS = 64
 MAX_LABEL_TEXT = 256
 MAX_INPUT_FILE_BYTES = 64 * 1024 * 1024  # request, node and quota files
+# The sharing policy (gpu_pool.policy_file).
+MAX_PRIORITY_WEIGHT = 1_000_000  # aged weights times milli stay far inside CP-SAT's int64
+MAX_PREEMPTIONS_PER_TASK = 1000
+MAX_RESERVATIONS = 1000
+MAX_SOLVER_SECONDS = 60.0  # one placement cycle's solver budget
+MAX_SOLVER_WORKERS = 64
+MAX_SOLVER_SEED = 2**31 - 1
+MAX_CROSS_ZONE_MARGIN = 100.0
+MAX_BUDGET_ALERT_PCT = 1000
+MAX_POLICY_ENTRIES = 1000  # headroom rules, windows, zone links, GPU models, alert steps
+MAX_GPU_PRICE = 1e6  # per GPU-hour

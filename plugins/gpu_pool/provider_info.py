@@ -29,4 +29,22 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "gpu-pool",
              "python-modules": ["gpu_pool.triggers.remote_job"]},
         ],
+        "config": {
+            "gpu_pool": {
+                "description": "The gpu-pool executor and its placement engine.",
+                "options": {
+                    "policy_file": {
+                        "description": (
+                            "A YAML sharing-policy document (see `gpu-pool policy check`). "
+                            "Read when the executor starts: a bad file stops it with one "
+                            "line; a changed one becomes the store's next policy version. "
+                            "Empty: the store's latest version (`gpu-pool policy set`)."),
+                        "version_added": __version__,
+                        "type": "string",
+                        "example": "/etc/gpu-pool/policy.yaml",
+                        "default": "",
+                    },
+                },
+            },
+        },
     }

@@ -123,5 +123,8 @@ def seed(store: Store, now: datetime, *, extra_nodes: int = 194,
         store.record_gpu_readings(node.name, readings, at=now - timedelta(minutes=1))
     store.set_node_state(DRAINED, NodeState.DRAINING, actor=ACTOR, reason="kernel upgrade")
     store.set_node_state(DOWNED, NodeState.DOWN, actor=ACTOR, reason="PSU failure")
+    # A policy version, for the Policy panel and /api/policy (nothing the views compute
+    # depends on the grace).
+    store.set_policy("preemption_grace: 90s\n", "olga", "longer grace for checkpoints")
     return {"nodes": len(nodes), "gpus": sum(n.gpu_count for n in nodes), "idle": idle,
             "finished": finished}

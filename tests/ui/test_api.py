@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
 ENDPOINTS = [("GET", "/api/me"), ("GET", "/api/fleet"), ("GET", "/api/queue"),
              ("GET", "/api/quotas"), ("GET", "/api/allocations"), ("GET", "/api/ledger"),
-             ("GET", "/api/usage"), ("GET", "/api/events"),
+             ("GET", "/api/usage"), ("GET", "/api/events"), ("GET", "/api/policy"),
              ("GET", "/api/placement?request=x"), ("PUT", "/api/quotas"),
              ("POST", "/api/nodes/eu-t4-1/state")]
 
@@ -205,6 +205,27 @@ def test_allocations_ledger_usage_and_events(fleet_server):
         assert week["bucket_s"] == 6 * 3600 and len(week["buckets"]) >= 28
         events = c.get("/api/events", params={"limit": 5}).json()
         assert len(events) == 5
+
+
+def test_policy_shows_values_sources_and_history_and_follows_the_store(fleet_server):
+    store = fleet_server.store
+    with fleet_server.client("bob") as c:
+        body = c.get("/api/policy").json()
+        assert (body["version"], body["set_by"]) == (store.policy_version(), "olga")
+        values = {v["key"]: v for v in body["values"]}
+        assert values["preemption_grace"] == {
+            "key": "preemption_grace", "value": "90s", "is_default": False,
+            "source": store.policy_history()[0].label}
+        assert values["reserve_after"]["source"] == "default"
+        assert [h["version"] for h in body["history"]][0] == 1
+        # The app reads the store's policy per request: a new version shows at once.
+        version = store.set_policy("preemption_grace: 2m\n", "alice", "even longer")
+        try:
+            again = c.get("/api/policy").json()
+            assert (again["version"], again["set_by"]) == (version, "alice")
+            assert {v["key"]: v["value"] for v in again["values"]}["preemption_grace"] == "2m"
+        finally:
+            store.restore_policy(1, "olga")  # the page test expects v1's values
 
 
 def test_placement_of_a_task_instance_links_both_ways(fleet_server):

@@ -88,6 +88,7 @@ def test_2_sign_in_and_see_every_node_and_gpu(fleet_server, browser_page, shots)
     headers = page.locator(".group h2").all_inner_texts()
     assert any(h.startswith("eu-west · A100") for h in headers), headers
     assert "draining" in page.locator("[data-node='eu-a100-2']").get_attribute("class")
+    assert "90s" in page.locator("#policy-panel tr[data-key='preemption_grace']").inner_text()
     assert "PSU failure" in page.locator("[data-node='ap-south-t4-003']").inner_text()
     node, index = fleet_server.seeded["idle"]
     assert "idle" in page.locator(f"[data-gpu='{node}/{index}']").get_attribute("class")

@@ -144,6 +144,13 @@ def test_views_agree_with_the_store_on_both_databases(seeded):
     assert usage.cross_zone[0].transfer_s == pytest.approx(300 * 1024 / moved_to.bandwidth_mb_s,
                                                            rel=1e-3)
 
+    policy = views.policy(store)
+    assert (policy.version, policy.set_by, policy.comment) == (
+        1, "olga", "longer grace for checkpoints")
+    changed = [(v.key, v.value, v.source) for v in policy.values if not v.is_default]
+    assert changed == [("preemption_grace", "90s", store.policy_history()[0].label)]
+    assert [h.version for h in policy.history] == [1]
+
     placed = views.task_link(
         {"dag_id": "train_llm", "task_id": "finetune", "run_id": "manual__2026-12-01T08:00:00+00:00"})
     assert placed.airflow_url.endswith("/tasks/finetune")

@@ -35,6 +35,7 @@ from gpu_pool.api.schemas import (
     NodeStateChange,
     NodeStateChanged,
     PlacementOut,
+    PolicyOut,
     QueueOut,
     QuotaChange,
     QuotaOut,
@@ -79,12 +80,16 @@ def create_app(store_factory: Callable[[], Store] | None = None,
                   description="The GPU fleet: nodes and GPUs, the queue with reasons, quotas, "
                               "allocations, the ledger and usage.")
     state: dict[str, Any] = {}
-    policy = policy or Policy()
 
     def store() -> Store:
         if "store" not in state:
             state["store"] = (store_factory or (lambda: Store.from_url(resolve_db_url())))()
         return state["store"]
+
+    def in_force() -> Policy:
+        """``policy`` when one was given (tests), else the store's latest, read per request
+        so a `gpu-pool policy set` shows at once."""
+        return policy if policy is not None else store().load_policy()
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -131,7 +136,7 @@ def create_app(store_factory: Callable[[], Store] | None = None,
 
     @app.get("/api/quotas", dependencies=auth, response_model=QuotasOut, tags=["quotas"])
     def get_quotas() -> QuotasOut:
-        return views.quotas(store(), policy, clock())
+        return views.quotas(store(), in_force(), clock())
 
     @app.put("/api/quotas", response_model=QuotaOut, tags=["quotas"],
              dependencies=auth)
@@ -141,9 +146,15 @@ def create_app(store_factory: Callable[[], Store] | None = None,
         data["valid_from"] = _aware(change.valid_from) or now
         data["expires_at"] = _aware(change.expires_at)
         s = store()
-        quota = parse_quota(data, policy=policy, known_teams={t.name for t in s.list_teams()})
+        current = in_force()
+        quota = parse_quota(data, policy=current, known_teams={t.name for t in s.list_teams()})
         saved = s.set_quota(quota, actor=actor_name(user))
-        return next(q for q in views.quotas(s, policy, now).quotas if q.id == saved.id)
+        return next(q for q in views.quotas(s, current, now).quotas if q.id == saved.id)
+
+    @app.get("/api/policy", dependencies=auth, response_model=PolicyOut, tags=["meta"])
+    def get_policy() -> PolicyOut:
+        """The sharing policy in force: each value and its source, the version, the history."""
+        return views.policy(store())
 
     @app.get("/api/allocations", dependencies=auth, response_model=list[AllocationOut],
              tags=["allocations"])
@@ -178,7 +189,7 @@ def create_app(store_factory: Callable[[], Store] | None = None,
 
     @app.get("/api/usage", dependencies=auth, response_model=UsageOut, tags=["ledger"])
     def get_usage(window: Literal["day", "week"] = "day") -> UsageOut:
-        return views.usage(store(), policy, clock(), window)
+        return views.usage(store(), in_force(), clock(), window)
 
     @app.get("/api/events", dependencies=auth, response_model=list[EventOut], tags=["meta"])
     def get_events(subject: Annotated[str | None, Query(min_length=1, max_length=200)] = None,

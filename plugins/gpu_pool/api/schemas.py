@@ -276,3 +276,31 @@ class NodeStateChanged(BaseModel):
     state: str
     changed: bool
     actor: str
+
+
+class PolicySettingOut(BaseModel):
+    """One value of the sharing policy in force, as a policy document writes it."""
+
+    key: str
+    value: object
+    source: str  # "default", or the version that set it: "v3 by alice at 2026-12-01 12:00 UTC"
+    is_default: bool  # the value equals the default, whatever its source
+
+
+class PolicyVersionOut(BaseModel):
+    version: int
+    actor: str
+    created_at: datetime
+    comment: str | None = None
+    restored_from: int | None = None
+
+
+class PolicyOut(BaseModel):
+    """The sharing policy in force (``gpu-pool policy show``): version 0 is the defaults."""
+
+    version: int
+    set_by: str | None = None
+    set_at: datetime | None = None
+    comment: str | None = None
+    values: list[PolicySettingOut]
+    history: list[PolicyVersionOut]

@@ -33,6 +33,9 @@ from gpu_pool.api.schemas import (
     HolderOut,
     NodeGroupOut,
     NodeOut,
+    PolicyOut,
+    PolicySettingOut,
+    PolicyVersionOut,
     QueueItemOut,
     QueueOut,
     QuotaOut,
@@ -264,3 +267,26 @@ def usage(store: Store, policy: Policy, now: datetime, window: str) -> UsageOut:
         cross_zone=moves, cross_zone_transfer_s=round(sum(m.transfer_s for m in moves), 1),
         readiness=ReadinessOut(waiting=len(pending), ready=ready, not_ready=len(pending) - ready),
     )
+
+
+POLICY_HISTORY = 50  # versions the policy view lists, latest last
+
+
+def policy(store: Store) -> PolicyOut:
+    """The policy in force, every value with its source, and the latest versions."""
+    from gpu_pool.policy_file import policy_values
+
+    latest, sources = store.policy_sources()
+    values = policy_values(store.load_policy())
+    defaults = policy_values(Policy())
+    return PolicyOut(
+        version=0 if latest is None else latest.version,
+        set_by=None if latest is None else latest.actor,
+        set_at=None if latest is None else latest.created_at,
+        comment=None if latest is None else latest.comment,
+        values=[PolicySettingOut(key=k, value=v, source="default" if sources[k] is None
+                                 else sources[k].label, is_default=v == defaults[k])
+                for k, v in values.items()],
+        history=[PolicyVersionOut(version=v.version, actor=v.actor, created_at=v.created_at,
+                                  comment=v.comment, restored_from=v.restored_from)
+                 for v in store.policy_history(POLICY_HISTORY)])

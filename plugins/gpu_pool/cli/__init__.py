@@ -1,7 +1,7 @@
 """The ``gpu-pool`` command line.
 
-Each command module (``fleet``, ``workload``, ``demo``, ``simulate``, ``ops``) defines
-``register(subparsers)``, adding its parsers with ``func=handler`` where
+Each command module (``fleet``, ``workload``, ``demo``, ``simulate``, ``ops``, ``policy``)
+defines ``register(subparsers)``, adding its parsers with ``func=handler`` where
 ``handler(args) -> int``. :func:`main` owns the contract with the shell:
 
 * exit 0 on success, 2 on bad input (a :class:`~gpu_pool.errors.SpecError` or an argparse
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from gpu_pool.errors import GpuPoolError, SpecError
 
-COMMAND_MODULES = ("fleet", "workload", "demo", "simulate", "ops")
+COMMAND_MODULES = ("fleet", "workload", "demo", "simulate", "ops", "policy")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from functools import cache
+from typing import Any
 
 from sqlalchemy.engine import make_url
 
@@ -20,10 +20,10 @@ def display_url(url: str) -> str:
         return "<unparseable URL>"
 
 
-@cache
-def policy() -> Policy:
-    """The policy in force. Defaults for now; a policy file is a later issue."""
-    return Policy()
+def policy(store: Any = None) -> Policy:
+    """The policy in force: the open store's latest version (``gpu-pool policy``), or the
+    defaults where no store is open (commands that only read a file)."""
+    return Policy() if store is None else store.load_policy()
 
 
 def open_store(args: argparse.Namespace, *, create: bool = False):  # noqa: ANN201 - Store

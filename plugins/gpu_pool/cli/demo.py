@@ -75,8 +75,9 @@ def demo(args: argparse.Namespace, out: Any = None) -> int:
                         "own fleet, teams and queue (this one holds a fleet already)")
     say = out.write
     say(f"gpu-pool demo: store {display_url(url)} (migrated)\n\n")
+    in_force = policy(store)
 
-    nodes = parse_nodes_document(_data("fleet.yaml"), "fleet.yaml", policy=policy())
+    nodes = parse_nodes_document(_data("fleet.yaml"), "fleet.yaml", policy=in_force)
     store.import_nodes(nodes, actor=ACTOR)
     say(f"Fleet: {len(nodes)} nodes, {sum(n.gpu_count for n in nodes)} GPUs\n")
     table([{"node": n.name, "zone": n.zone, "model": n.gpu_model, "gpus": n.gpu_count}
@@ -89,7 +90,7 @@ def demo(args: argparse.Namespace, out: Any = None) -> int:
         fields = {k: v for k, v in q.items() if k not in ("from_days", "expires_days")}
         fields["valid_from"] = START + timedelta(days=q["from_days"])
         fields["expires_at"] = START + timedelta(days=q["expires_days"])
-        store.set_quota(parse_quota(fields, policy=policy()), actor=ACTOR)
+        store.set_quota(parse_quota(fields, policy=in_force), actor=ACTOR)
     say(f"\nTeams and quotas loaded: {', '.join(t['name'] for t in org['teams'])}\n")
 
     teams = {t.name for t in store.list_teams()}
@@ -97,11 +98,11 @@ def demo(args: argparse.Namespace, out: Any = None) -> int:
     for item in yaml.safe_load(_data("queue.yaml")):
         fields = {k: v for k, v in item.items() if k != "minutes_ago"}
         fields["submitted_at"] = START - timedelta(minutes=item["minutes_ago"])
-        request = parse_request(fields, policy=policy(), known_teams=teams, nodes=nodes)
+        request = parse_request(fields, policy=in_force, known_teams=teams, nodes=nodes)
         store.submit_request(request, actor=ACTOR, now=fields["submitted_at"])
         say(f"  + {request.name}\n")
     try:
-        parse_request({"name": "vision-huge", "team": "vision", "gpus": 16}, policy=policy(),
+        parse_request({"name": "vision-huge", "team": "vision", "gpus": 16}, policy=in_force,
                       known_teams=teams, nodes=nodes)
     except SpecError as refusal:
         say(f"  x vision-huge refused at submission: {refusal}\n")
@@ -117,12 +118,12 @@ def demo(args: argparse.Namespace, out: Any = None) -> int:
     say(f"\n09:30: {' and '.join(finished)} finish; their GPUs go back at once.\n")
     for name in finished:
         store.release_request(name, outcome=Outcome.SUCCESS, actor=ACTOR,
-                              reason="task succeeded", now=now, policy=policy())
+                              reason="task succeeded", now=now, policy=in_force)
     say("09:30: the ablation's dataset lands (its Asset event arrives).\n")
     store.set_data_ready("research-ablation", True, actor=ACTOR)
     urgent = parse_request({"name": "nlp-hotfix-eval", "team": "nlp", "purpose": "inference",
                             "gpus": 2, "priority": "critical", "time_limit": "30m",
-                            "submitted_at": now}, policy=policy(), known_teams=teams, nodes=nodes)
+                            "submitted_at": now}, policy=in_force, known_teams=teams, nodes=nodes)
     store.submit_request(urgent, actor=ACTOR, now=now)
     say("09:30: nlp submits a critical 2-GPU evaluation, last in the queue.\n")
     _cycle(store, now, "Cycle 2 (09:30)", out)
@@ -160,7 +161,7 @@ def _alerts(store: Any, now: datetime, alerts_dir: Path, url: str, out: Any) -> 
 
 
 def _cycle(store: Any, now: datetime, title: str, out: Any) -> None:
-    snapshot = store.load_snapshot(policy(), now)
+    snapshot = store.load_snapshot(policy(store), now)
     plan = run_engine(snapshot)
     result = store.apply_plan(plan, now=now, actor=ACTOR)
     dropped = getattr(result, "dropped", {}) or {}

@@ -110,8 +110,9 @@ def team_list(args: argparse.Namespace) -> int:
 
 
 def nodes_import(args: argparse.Namespace) -> int:
-    nodes = parse_nodes_document(read_input_file(args.file), str(args.file), policy=policy())
+    text = read_input_file(args.file)
     store = open_store(args)
+    nodes = parse_nodes_document(text, str(args.file), policy=policy(store))
     store.import_nodes(nodes, actor=ACTOR, replace=args.replace)  # one transaction
     rows = [{"node": n.name, "zone": n.zone, "model": n.gpu_model, "gpus": n.gpu_count,
              "state": n.state} for n in nodes]
@@ -152,7 +153,7 @@ def quota_set(args: argparse.Namespace) -> int:
               if getattr(args, k) is not None}
     fields.setdefault("valid_from", datetime.now(UTC))
     store = open_store(args)
-    quota = parse_quota(fields, policy=policy(),
+    quota = parse_quota(fields, policy=policy(store),
                         known_teams={t.name for t in store.list_teams()})
     ((saved, replaced),) = store.set_quotas([quota], actor=ACTOR)
     emit_object(args.json, {**_quota_row(saved, None), "replaced": _replaced(replaced)})
@@ -169,13 +170,14 @@ def quota_import(args: argparse.Namespace) -> int:
                         "a 'quotas' list)", where=source)
     store = open_store(args)
     teams = {t.name for t in store.list_teams()}
+    in_force = policy(store)
     parsed = []
     for i, item in enumerate(items):
         where = f"{source}: quota #{i + 1}"
         if not isinstance(item, dict):
             raise SpecError("quota", item, "a mapping of quota fields", where=where)
         try:
-            parsed.append(parse_quota(item, policy=policy(), known_teams=teams))
+            parsed.append(parse_quota(item, policy=in_force, known_teams=teams))
         except SpecError as error:
             raise error.located(where) from None
     done = store.set_quotas(parsed, actor=ACTOR)  # all or nothing

@@ -195,9 +195,9 @@ def report_run(args: argparse.Namespace) -> int:
     if args.upload:
         from gpu_pool.ops.airflow_adapters import object_store
 
-        built, _ = runs.run_report(store, object_store(config), month, policy(), now)
+        built, _ = runs.run_report(store, object_store(config), month, policy(store), now)
     else:
-        built = runs.build_monthly_report(store, month, policy())
+        built = runs.build_monthly_report(store, month, policy(store))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "report.md").write_text(report.to_markdown(built))

@@ -37,6 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     packing.add_argument("--exact", action="store_true",
                          help="bestfit/fgd: compare exact scores instead of the authors' "
                               "integer scores with random ties")
+    packing.add_argument("--policy-file", metavar="FILE",
+                         help="engine: a sharing-policy YAML document (gpu-pool policy check)")
     packing.set_defaults(func=packing_handler)
 
     replay = add_command(group, "replay",
@@ -60,17 +62,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     replay.add_argument("--max-reservations", default=None, metavar="N",
                         help="engine: most starving requests holding nodes per cycle "
                              "(Policy.max_reservations; default 1, 0: off)")
+    replay.add_argument("--policy-file", metavar="FILE",
+                        help="engine: a sharing-policy YAML document (gpu-pool policy check); "
+                             "--reserve-after and --max-reservations override it")
     replay.set_defaults(func=replay_handler)
 
 
 def packing_handler(args: argparse.Namespace) -> int:
     policy = parse_policy(args.policy)
+    engine_policy = _policy_file(args, policy)
     seeds = parse_seeds(args.seeds)
     batch = parse_int(args.batch, "batch", minimum=1, maximum=100_000)
     if args.placements:
         check_output_file(args.placements, "placements")  # before minutes of simulation
     trace = load_trace(args.nodes, args.pods)
-    runs = run_policy(trace, policy, seeds, batch=batch, exact=args.exact)
+    runs = run_policy(trace, policy, seeds, batch=batch, exact=args.exact,
+                      engine_policy=engine_policy)
     if args.placements:
         from gpu_pool.sim.runner import write_placements
         write_placements(args.placements, runs)
@@ -90,13 +97,29 @@ def packing_handler(args: argparse.Namespace) -> int:
     return 0
 
 
+def _policy_file(args: argparse.Namespace, placer: str) -> Any:
+    """The sharing policy of ``--policy-file`` (None when not given), parsed as the store
+    and the executor parse it; only the engine has a policy."""
+    if args.policy_file is None:
+        return None
+    from gpu_pool.policy_file import check_document
+    from gpu_pool.spec import read_input_file
+
+    if placer != "engine":
+        raise SpecError("policy-file", args.policy_file, "only with --policy engine (the "
+                        f"{placer} baseline has no sharing policy)")
+    return check_document(read_input_file(args.policy_file, "policy-file"), args.policy_file)
+
+
 def replay_handler(args: argparse.Namespace) -> int:
     from gpu_pool.sim.replay import ReplayConfig, replay_summary, run_replay
 
     if args.policy not in REPLAY_POLICIES:
         raise SpecError("policy", args.policy, "one of " + ", ".join(REPLAY_POLICIES))
     day = 86_400.0
+    engine_policy = _policy_file(args, args.policy)
     config = ReplayConfig(
+        policy=engine_policy,
         heartbeat_s=parse_number(args.heartbeat, "heartbeat", maximum=day, strict=True),
         sample=parse_number(args.sample, "sample", maximum=1, strict=True),
         seed=parse_int(args.seed, "seed", minimum=0, maximum=2**32 - 1),

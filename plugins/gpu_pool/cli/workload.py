@@ -105,11 +105,12 @@ def submit(args: argparse.Namespace) -> int:
     teams = {t.name for t in store.list_teams()}
     nodes = store.list_nodes()
     now = datetime.now(UTC)
+    in_force = policy(store)
     requests: list[Request] = []
     seen: dict[str, int] = {}
     for i, fields in enumerate(items):
         try:
-            request = parse_request(fields, policy=policy(), known_teams=teams, nodes=nodes,
+            request = parse_request(fields, policy=in_force, known_teams=teams, nodes=nodes,
                                     now=now)
             if request.name in seen:
                 raise SpecError("name", request.name, "a name given once in the file (request "
@@ -149,7 +150,7 @@ def _shape(r: Request) -> str:
 def _dry_run(store: Any, now: datetime) -> tuple[Any, Plan]:
     from gpu_pool.engine import plan as run_engine
 
-    snapshot = store.load_snapshot(policy(), now)
+    snapshot = store.load_snapshot(policy(store), now)
     return snapshot, run_engine(snapshot)
 
 
@@ -259,6 +260,6 @@ def release(args: argparse.Namespace) -> int:
     reason = parse_text(args.reason, "reason")
     store = open_store(args)
     store.release_request(name, outcome=outcome, actor=ACTOR,
-                          reason=reason, now=datetime.now(UTC), policy=policy())
+                          reason=reason, now=datetime.now(UTC), policy=policy(store))
     emit_object(args.json, {"request": args.name, "outcome": outcome})
     return 0

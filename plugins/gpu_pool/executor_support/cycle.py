@@ -26,6 +26,7 @@ Invariant: this module never starts or kills a process; it only changes the stor
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from typing import Any
 
 from gpu_pool.engine.types import PendingReason, Plan
 from gpu_pool.model import Allocation, AllocationState, Outcome, Policy, Request
+
+_log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 DataReady = Callable[[Iterable[str]], set[str]]  # dataset URIs -> those with an event
@@ -89,6 +92,8 @@ class PlacementCycle:
     # Plan at least this often even when nothing changed here (another scheduler's
     # releases, a node coming back, an asset event).
     idle_replan_s: float = 5.0
+    # The store's policy version ``policy`` is (None until the first plan reads it).
+    policy_version: int | None = None
     _submitted: set[str] = field(default_factory=set)
     _dirty: bool = True
     _last_plan: float = 0.0
@@ -115,12 +120,21 @@ class PlacementCycle:
         held_names = set(held)
         report = CycleReport(planned=False)
         if held_names and (self._dirty or started - self._last_plan >= self.idle_replan_s):
+            self._follow_policy()
             report = self._plan_and_apply()
         bindings = self.bindings(held_names)
         finished = self.finished(held_names - {b.request_name for b in bindings})
         return dataclasses.replace(
             report, bindings=bindings, finished=finished, seconds=time.monotonic() - started
         )
+
+    def _follow_policy(self) -> None:
+        """Plan with the store's latest policy version (one cheap read per plan)."""
+        version = self.store.policy_version()
+        if self.policy_version is not None and version != self.policy_version:
+            self.policy = self.store.load_policy()
+            _log.info("policy v%d in force", version)
+        self.policy_version = version
 
     def _plan_and_apply(self) -> CycleReport:
         now = self.clock()

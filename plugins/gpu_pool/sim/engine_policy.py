@@ -104,7 +104,7 @@ class EnginePlacer(BatchPlacer):
         self.state.apply(Placement(f"applied-{node}", (part,)))
 
 
-def engine_factory(mix: WorkloadMix, use_solver: bool = True):
+def engine_factory(mix: WorkloadMix, use_solver: bool = True, policy: Policy | None = None):
     def make(fleet: SimFleet, rng: np.random.Generator) -> EnginePlacer:
-        return EnginePlacer(fleet, mix, use_solver=use_solver)
+        return EnginePlacer(fleet, mix, policy=policy, use_solver=use_solver)
     return make

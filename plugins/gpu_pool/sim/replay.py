@@ -37,6 +37,7 @@ solve time per cycle (median, p95, max).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -76,6 +77,8 @@ class ReplayConfig:
     # The engine's starvation guard (Policy.reserve_after, max_reservations); None: default.
     reserve_after_s: float | None = None
     max_reservations: int | None = None
+    # The engine's policy (``--policy-file``); None: Policy(). The two above override it.
+    policy: Policy | None = None
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,7 @@ class _Runner:
             guard["reserve_after"] = timedelta(seconds=config.reserve_after_s)
         if config.max_reservations is not None:
             guard["max_reservations"] = config.max_reservations
-        self.engine_policy = Policy(**guard)
+        self.engine_policy = dataclasses.replace(config.policy or Policy(), **guard)
         self.nodes = tuple(domain_node(n, self.engine_policy) for n in trace.nodes)
         self.state = FleetState.from_nodes(self.nodes) if policy == "engine" else None
         self.row_of = {n.name: i for i, n in enumerate(self.nodes)}

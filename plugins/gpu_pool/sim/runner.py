@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from gpu_pool.errors import SpecError
+from gpu_pool.model import Policy
 from gpu_pool.sim.baselines import BASELINES, make_baseline
 from gpu_pool.sim.engine_policy import engine_factory
 from gpu_pool.sim.packing import PackingRun, engine_mix, run_packing, typical_mix
@@ -60,14 +61,15 @@ def parse_policy(text: str) -> str:
 
 
 def run_policy(trace: Trace, policy: str, seeds: Sequence[int], *, batch: int = 1,
-               exact: bool = False) -> list[PackingRun]:
-    """One :class:`PackingRun` per seed; ``batch`` only changes the engine."""
+               exact: bool = False, engine_policy: Policy | None = None) -> list[PackingRun]:
+    """One :class:`PackingRun` per seed; ``batch`` and ``engine_policy`` (a sharing policy,
+    default ``Policy()``) only change the engine."""
     parse_policy(policy)
     if batch < 1:
         raise SpecError("batch", batch, "an integer >= 1")
     mix = typical_mix(trace.tasks)
     if policy == "engine":
-        factory = engine_factory(engine_mix(trace.tasks))
+        factory = engine_factory(engine_mix(trace.tasks), policy=engine_policy)
         return [run_packing(trace, factory, s, batch=batch) for s in seeds]
     return [run_packing(trace, lambda f, rng: make_baseline(policy, f, rng, mix, exact), s)
             for s in seeds]

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
-from gpu_pool.errors import ConflictError, SpecError, StoreError
+from gpu_pool.errors import ConflictError, NotFoundError, SpecError, StoreError
 from gpu_pool.model import (
     Allocation,
     LedgerEntry,
@@ -46,7 +46,17 @@ from gpu_pool.model import (
     RequestState,
     Team,
 )
-from gpu_pool.store import allocations, apply, events, fleet, ledger, migrate, quotas, requests
+from gpu_pool.store import (
+    allocations,
+    apply,
+    events,
+    fleet,
+    ledger,
+    migrate,
+    quotas,
+    requests,
+)
+from gpu_pool.store import policy as policy_versions
 from gpu_pool.store.checks import enum_value
 from gpu_pool.store.connection import WRITE_OPTION, display_url, make_engine, sqlite_path
 
@@ -364,6 +374,64 @@ class Store:
             raise SpecError("limit", limit, "a whole number of events, 1 or more")
         with self._read() as conn:
             return events.read(conn, since, subject, limit)
+
+
+    # -- the sharing policy (gpu_pool.store.policy) --------------------------------------
+
+    def load_policy(self) -> Policy:
+        """The policy in force: the latest version's, or ``Policy()`` when none was set."""
+        with self._read() as conn:
+            return policy_versions.policy_of(policy_versions.latest(conn))
+
+    def policy_version(self) -> int:
+        """The latest version's number; 0 while the defaults are in force."""
+        with self._read() as conn:
+            return policy_versions.latest_number(conn)
+
+    def set_policy(self, document: str, actor: str, comment: str | None = None, *,
+                   restored_from: int | None = None) -> int:
+        """Record ``document`` as the next version (validated first; an unchanged policy is
+        refused); returns its number."""
+        from gpu_pool.policy_file import check_document
+        from gpu_pool.spec import parse_text
+
+        check_document(document)
+        actor = parse_text(actor, "actor")
+        if comment is not None:
+            comment = parse_text(comment, "comment")
+        with self._write() as conn:
+            return policy_versions.save(conn, document, actor, self.clock(), comment,
+                                        restored_from)
+
+    def policy_history(self, limit: int | None = None) -> list[policy_versions.PolicyVersion]:
+        with self._read() as conn:
+            return policy_versions.history(conn, limit)
+
+    def policy_document(self, version: int) -> str:
+        """The document of ``version`` (0: the defaults, an empty document)."""
+        return self._policy_version_row(version).document if version else ""
+
+    def restore_policy(self, version: int, actor: str, comment: str | None = None) -> int:
+        """A new version whose document is ``version``'s."""
+        old = self._policy_version_row(version)
+        return self.set_policy(old.document, actor, comment, restored_from=old.version)
+
+    def policy_sources(self) -> tuple[policy_versions.PolicyVersion | None,
+                                      dict[str, policy_versions.PolicyVersion | None]]:
+        """The latest version and, per policy key, the version its value comes from
+        (None: the default)."""
+        with self._read() as conn:
+            return policy_versions.sources(conn)
+
+    def _policy_version_row(self, version: int) -> policy_versions.PolicyVersion:
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise SpecError("version", version, "a policy version number, 1 or more")
+        with self._read() as conn:
+            row = policy_versions.get(conn, version)
+            known = [f"v{v.version}" for v in policy_versions.history(conn, 20)]
+        if row is None:
+            raise NotFoundError("policy version", f"v{version}", known)
+        return row
 
 
 def _conflict(message: str, error: BaseException) -> ConflictError:

@@ -111,6 +111,19 @@ function renderFleet(data) {
   document.querySelector("#fair-share-table tbody").replaceChildren(...shares);
 }
 
+// The sharing policy in force: its version and the values that differ from the defaults.
+function renderPolicy(p) {
+  const who = p.version ? `v${p.version} by ${p.set_by} at ${when(p.set_at)}` : "defaults (no version set)";
+  const changed = p.values.filter((v) => !v.is_default);
+  const text = (v) => (typeof v === "object" ? JSON.stringify(v) : String(v));
+  document.getElementById("policy-panel").replaceChildren(
+    el("h2", {}, "Policy ", el("span", { class: "muted", "data-version": String(p.version) }, who)),
+    changed.length
+      ? el("table", {}, el("tbody", {}, changed.map((v) => el("tr", { "data-key": v.key },
+        el("td", {}, v.key), el("td", {}, text(v.value)), el("td", { class: "muted" }, v.source)))))
+      : el("p", { class: "muted" }, "every value is the default"));
+}
+
 function wireTooltip() {
   const tip = document.getElementById("tooltip");
   const root = document.getElementById("fleet-groups");
@@ -253,7 +266,7 @@ async function renderPlacement() {
 
 async function refresh() {
   try {
-    if (state.tab === "fleet") renderFleet(await api("fleet"));
+    if (state.tab === "fleet") { renderFleet(await api("fleet")); renderPolicy(await api("policy")); }
     else if (state.tab === "queue") renderQueue(await api("queue" + (state.team ? "?team=" + encodeURIComponent(state.team) : "")));
     else if (state.tab === "quotas") renderQuotas(await api("quotas"));
     else if (state.tab === "usage") renderUsage(await api("usage?window=" + state.window));
