@@ -141,6 +141,7 @@ class Preempter:
                 trial.release([_part(a) for a in v.allocations])
                 freed.append(v)
                 if fit(trial, r, weight, view, g, rows) is not None:
+                    freed = self._minimal(r, weight, view, g, row, freed, order)
                     cost = (*first(freed), -min(x.rank for x in freed),
                             sum(x.work_lost for x in freed), len(freed), row)
                     if best is None or cost < best[0]:
@@ -149,6 +150,22 @@ class Preempter:
         if best is None:
             return None
         return best[0][-1], best[1]
+
+    def _minimal(self, r: Request, weight: int, view: RequestView, g: np.ndarray, row: int,
+                 freed: list[Victim], order: Callable[[Victim], tuple]) -> list[Victim]:
+        """``freed`` without the victims the request fits without, the most costly to
+        preempt (last in ``order``) dropped first."""
+        keep = list(freed)
+        for v in sorted(freed, key=order, reverse=True):
+            if len(keep) == 1:
+                break
+            rest = [x for x in keep if x is not v]
+            trial = self.cycle.clone()
+            for x in rest:
+                trial.release([_part(a) for a in x.allocations])
+            if fit(trial, r, weight, view, g, np.array([row])) is not None:
+                keep = rest
+        return keep
 
     def _take(self, r: Request, weight: int, view: RequestView, g: np.ndarray, row: int,
               freed: list[Victim], message: Callable[[Victim], str], kind: str
