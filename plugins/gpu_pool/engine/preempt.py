@@ -120,6 +120,14 @@ class Preempter:
                     self.by_row[row].append(v)
         self.taken: set[str] = set()
         self.nodes: set[str] = set()  # nodes where this cycle preempted
+        # Requests of one type that found no victims: the same answer until a preemption
+        # changes the cycle (a queue of thousands of one shape searches once).
+        self._failed: set[tuple] = set()
+
+    def _key(self, r: Request, kind: str, views: dict[str, RequestView],
+             groups: dict[str, np.ndarray]) -> tuple:
+        return (kind, r.team, id(views[r.name]), id(groups[r.name]), r.gpus, r.gpu_milli,
+                r.cpu_milli, r.memory_mib, r.priority)
 
     def _search(self, r: Request, weight: int, view: RequestView, g: np.ndarray,
                 allowed: Callable[[Victim], bool], order: Callable[[Victim], tuple],
@@ -171,6 +179,7 @@ class Preempter:
               freed: list[Victim], message: Callable[[Victim], str], kind: str
               ) -> tuple[Placement, list[Preemption]]:
         cycle = self.cycle
+        self._failed.clear()
         out = []
         for v in freed:
             cycle.release([_part(a) for a in v.allocations])
@@ -192,10 +201,14 @@ class Preempter:
         for r in pending:
             if r.priority is not PriorityClass.CRITICAL or r.is_gang:
                 continue
+            key = self._key(r, "critical", views, groups)
+            if key in self._failed:
+                continue
             view, g = views[r.name], groups[r.name]
             found = self._search(r, weights[r.name], view, g, lambda v: True,
                                  lambda v: (-v.rank, v.work_lost, v.request_name))
             if found is None:
+                self._failed.add(key)
                 continue
             row, freed = found
             node = self.cycle.state.layout.names[row]
@@ -220,6 +233,9 @@ class Preempter:
         for r in pending:
             if r.is_gang or r.gpus == 0 or not len(remaining):
                 continue
+            key = self._key(r, "reclaim", views, groups)
+            if key in self._failed:
+                continue
             g = groups[r.name]
             need = r.total_gpu_milli
             live = g >= 0
@@ -238,6 +254,7 @@ class Preempter:
                                       v.request_name),
                 lambda freed, team=team: (sum(v.borrowed_from != team for v in freed),))
             if found is None:
+                self._failed.add(key)
                 continue
             row, freed = found
             placed, pre = self._take(

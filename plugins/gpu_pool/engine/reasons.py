@@ -33,7 +33,7 @@ Invariant: the functions here only read the cycles they are given.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -58,6 +58,13 @@ class ReasonInputs:
     policy: Policy
     held: Held | None = None  # the starvation guard's reservations this cycle, if any
     opened: Cycle | None = None  # ``end`` with the reserved nodes open (None: none reserved)
+    # What each lender may still lend after the plan (borrow.lendable), computed once.
+    _lendable: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def lendable(self) -> dict[str, int]:
+        if not self._lendable:
+            self._lendable.update(borrow.lendable(self.book, self.end))
+        return self._lendable
 
 
 def _gpus(milli: float) -> str:
@@ -66,9 +73,9 @@ def _gpus(milli: float) -> str:
 
 def quota_reason(request: Request, view: RequestView, groups: np.ndarray, book: QuotaBook,
                  remaining: np.ndarray, policy: Policy | None = None,
-                 end: Cycle | None = None) -> PendingReason | None:
+                 inputs: ReasonInputs | None = None) -> PendingReason | None:
     """The quota reason, or None when quota does not keep ``request`` out; with ``policy``
-    and ``end`` (the cycle after the plan) it also says why it does not borrow."""
+    and ``inputs`` (the cycle after the plan) it also says why it does not borrow."""
     if request.gpus == 0:
         return None
     g = groups[view.compatible]
@@ -85,11 +92,11 @@ def quota_reason(request: Request, view: RequestView, groups: np.ndarray, book: 
         text = (f"{book.describe(k)} exhausted: {_gpus(used)} of "
                 f"{_gpus(book.limit_milli[k])} GPUs in use; needs {_gpus(part)} "
                 "GPUs per node")
-        if policy is not None and end is not None:
+        if policy is not None and inputs is not None:
             clause = borrow.why_not(request, book, policy, k)
             if clause is None:
                 need = request.total_gpu_milli
-                pool = borrow.lendable(book, end)
+                pool = inputs.lendable()
                 lenders = [borrow.UNGUARANTEED, *borrow.lenders_for(book, request.team)]
                 most = max(pool.get(t, 0) for t in lenders)
                 if most >= need:
@@ -158,7 +165,7 @@ def pending_reason(request: Request, weight: int, view: RequestView, groups: np.
         return PendingReason(name, ReasonCode.DATA_NOT_READY, f"waits for its data: {uri} "
                              "is not ready")
     q = quota_reason(request, view, groups, inputs.book, inputs.end.remaining, inputs.policy,
-                     inputs.end)
+                     inputs)
     if q is not None:
         return q
     if not (view.compatible & view.zone_ok).any():
