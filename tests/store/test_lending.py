@@ -107,3 +107,17 @@ def test_preemptions_are_counted_per_request(store: Store, now: datetime) -> Non
                           pending=()), now + timedelta(hours=3), "sched")
     snap = store.load_snapshot(Policy(), now + timedelta(hours=3))
     assert [a.preemptions for a in snap.allocations] == [2, 2]
+
+
+def test_quota_usage_leaves_borrowed_work_out(store: Store, now: datetime) -> None:
+    from tests.store.factories import make_quota
+
+    seed(store, teams=("cv", "nlp"))
+    quota = store.set_quota(make_quota("nlp", 2, start=now - timedelta(days=1)), "admin")
+    submit(store, "own", now, gpus=2)
+    submit(store, "extra", now, gpus=2, preemptible=True)
+    store.apply_plan(Plan(placements=(
+        Placement("own", (part("n1", [0, 1]),)),
+        Placement("extra", (part("n1", [2, 3]),), borrowed_from="cv")), pending=()),
+        now, "sched")
+    assert store.quota_usage(now) == {quota.id: 2.0}
