@@ -37,6 +37,7 @@ Invariant: the same inputs give the same borrowing; only ``cycle`` is changed.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -139,9 +140,7 @@ def borrow(cycle: Cycle, pending: Sequence[Request], weights: dict[str, int],
             where = (f"idle in team {lender}'s quota" if lender
                      else "no team's guarantee covers")
             note = f"borrowed {_gpus(need)} GPUs {where}; preemptible, may be reclaimed"
-            placements.append(Placement(
-                placed.request_name, placed.assignments, cross_zone=placed.cross_zone,
-                transfer_seconds=placed.transfer_seconds, borrowed_from=lender, note=note))
+            placements.append(replace(placed, borrowed_from=lender, note=note))
             break
     return placements
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import numpy as np
@@ -265,9 +265,7 @@ class Preempter:
             whose = ", ".join(sorted({f"team {v.team} ({v.request_name})" for v in freed}))
             note = (f"reclaimed its guarantee: took back {gpus / MILLI_PER_GPU:g} GPUs "
                     f"lent to {whose}")
-            placements.append(Placement(placed.request_name, placed.assignments,
-                                        cross_zone=placed.cross_zone,
-                                        transfer_seconds=placed.transfer_seconds, note=note))
+            placements.append(replace(placed, note=note))
             preemptions.extend(pre)
         return placements, preemptions
 
