@@ -285,3 +285,25 @@ def test_lending_properties(seed: int, nodes: int, requests: int) -> None:
     again = plan(snap)
     assert again.placements == result.placements and again.preemptions == result.preemptions
     assert again.pending == result.pending
+
+
+def test_the_checker_refuses_borrowing_and_preemption_that_break_the_rules() -> None:
+    import dataclasses
+
+    snap = make_snapshot([A, B], [_nlp(preemptible=False)], allocations=NLP_FULL,
+                         quotas=QUOTAS, lending=(Lending("cv", frozenset()),))
+    good = plan(snap)
+    assert good.placement_of("x") is None
+    from gpu_pool.engine.types import NodeAssignment, Placement, Preemption
+
+    forged = Placement("x", (NodeAssignment("a", (0, 1, 2, 3), 1000, 0, 0),),
+                       borrowed_from="cv", note="borrowed 4 GPUs idle in team cv's quota")
+    with pytest.raises(AssertionError, match="not preemptible"):
+        check_plan(dataclasses.replace(good, placements=(forged,), pending=()), snap)
+    reclaim = _reclaim([_lent("young", A, tuple(range(8)), ran=timedelta(minutes=1))])
+    young = make_snapshot([A, B], [_cv()], quotas=QUOTAS, allocations=(
+        *NLP_FULL, _lent("young", A, tuple(range(8)), ran=timedelta(minutes=1))))
+    bad = dataclasses.replace(reclaim, preemptions=(Preemption(
+        "alloc-young-a", "young", "x", "preempted", 120.0, "reclaim"),))
+    with pytest.raises(AssertionError, match="too young"):
+        check_plan(bad, young)
