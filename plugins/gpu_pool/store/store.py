@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ from gpu_pool.errors import ConflictError, NotFoundError, SpecError, StoreError
 from gpu_pool.model import (
     Allocation,
     LedgerEntry,
+    Lending,
     Node,
     NodeState,
     Outcome,
@@ -52,6 +54,7 @@ from gpu_pool.store import (
     events,
     fleet,
     ledger,
+    lending,
     migrate,
     quotas,
     requests,
@@ -247,6 +250,23 @@ class Store:
         with self._read() as conn:
             return quotas.quota_usage(conn, now)
 
+    # -- lending ------------------------------------------------------------------------
+
+    def set_lending(self, consent: Lending, actor: str) -> Lending:
+        """Record a team's lending consent (replacing its earlier one), with its event."""
+        with self._write() as conn:
+            return lending.set_lending(conn, consent, actor, self.clock())
+
+    def lending(self) -> list[Lending]:
+        """The consents on record, by team (a team without one lends to every team)."""
+        with self._read() as conn:
+            return lending.list_lending(conn)
+
+    def revoke_lending(self, team: str, actor: str) -> Lending | None:
+        """Back to the default (every team, no limit); the consent revoked, or None."""
+        with self._write() as conn:
+            return lending.revoke_lending(conn, team, actor, self.clock())
+
     # -- requests -----------------------------------------------------------------------
 
     def submit_request(self, request: Request, actor: str, now: datetime | None = None, *,
@@ -328,15 +348,21 @@ class Store:
         from gpu_pool.store import usage
 
         with self._read() as conn:
-            active = tuple(allocations.active_allocations(conn))
+            counts = allocations.preemption_counts(conn)
+            active = tuple(a if not counts.get(a.request_name) else replace(
+                a, preemptions=counts[a.request_name])
+                for a in allocations.active_allocations(conn))
+            pending = [r if not counts.get(r.name) else replace(
+                r, preemptions=counts[r.name]) for r in requests.pending_requests(conn)]
             return Snapshot(
                 nodes=tuple(fleet.list_nodes(conn)),
                 allocations=active,
-                requests=tuple(requests.pending_requests(conn)),
+                requests=tuple(pending),
                 quotas=tuple(quotas.list_quotas(conn)),
                 policy=policy,
                 now=now,
                 team_usage=usage.team_usage(conn, active, now, policy.fair_share_half_life),
+                lending=tuple(lending.list_lending(conn)),
             )
 
     def apply_plan(self, plan: Plan, now: datetime, actor: str,
