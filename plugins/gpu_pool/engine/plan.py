@@ -3,7 +3,9 @@
 Steps of :func:`plan_on_state`:
 
 1. weigh every pending request (aged weight) and look up its static view and quota group
-   per node;
+   per node; a request whose data would leave its zone keeps only the moves that pay for
+   their transfer with the home-zone wait they save (:mod:`gpu_pool.engine.zones`, once per
+   request type);
 2. set aside what cannot be placed this cycle at all (never fits, data not ready);
 3. build the start cycle (a private copy of free capacity, quota left, headroom, FGD);
    requests pending past ``policy.reserve_after`` go into it first when they fit, else
@@ -41,7 +43,7 @@ from datetime import datetime
 
 import numpy as np
 
-from gpu_pool.engine import cpsat, exact, preempt, reserve
+from gpu_pool.engine import cpsat, exact, preempt, reserve, zones
 from gpu_pool.engine.capacity import FleetState
 from gpu_pool.engine.compat import never_fits
 from gpu_pool.engine.fragmentation import TaskShape, WorkloadMix
@@ -137,6 +139,7 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     weights = aged_weights(requests, policy, now)
     book = QuotaBook.build(quotas, allocations_usage, policy, now)
     views: dict[str, RequestView] = {r.name: build_view(r, layout, policy) for r in requests}
+    views, zone_calls = zones.decide(requests, views, state, allocations_usage, policy, now)
     group_cache: dict[tuple, np.ndarray] = {}
     groups: dict[str, np.ndarray] = {}
     for r in requests:
@@ -208,7 +211,7 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
         placed |= {p.request_name for p in won}
     # 7. reasons
     opened = reserve.reopened(final, held.rows) if held.rows else None
-    inputs = ReasonInputs(final, book, policy, held, opened)
+    inputs = ReasonInputs(final, book, policy, held, opened, zone_calls)
     # Requests of one type get the same reason (the sentence names no request): decide once.
     decided: dict[tuple, PendingReason] = {}
     ahead = _queued_ahead(ordered, placed, {x.request_name for x in held.reservations},
@@ -229,6 +232,10 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
                                           ahead.get(r.name, 0)))
     pending = tuple(pending_list)
     by_name = {p.request_name: p for p in placements}
+    if zone_calls:
+        for name, p in by_name.items():
+            if p.cross_zone:
+                by_name[name] = zones.annotate(p, zone_calls[id(views[name])], layout)
     ordered_placements: tuple[Placement, ...] = tuple(
         by_name[r.name] for r in requests if r.name in by_name)
     pre = held.value  # starving requests placed first count on both sides
