@@ -9,7 +9,8 @@ The first test that holds gives the reason:
 4. ``waiting_for_data_zone``: compatible nodes exist, but moving its data to any of them
    would take longer than ``policy.max_transfer_seconds``; or it would fit in another zone
    now, but the move does not pay: the home-zone wait it would save is shorter than the
-   transfer times ``1 + policy.cross_zone_margin`` (:mod:`gpu_pool.engine.zones`). The
+   transfer times ``1 + policy.cross_zone_margin``, or the move is over the cap
+   (:mod:`gpu_pool.engine.zones`). The
    sentence gives the size, the transfer and the wait ("waits for its data's zone eu:
    moving 800 GiB to us would take 2.2 h, saving only ~40 min ...").
 5. ``outranked``: it fits the capacity still free after this cycle's plan, which left it out
@@ -152,9 +153,9 @@ def pending_reason(request: Request, weight: int, view: RequestView, groups: np.
     call = inputs.zones.get(id(view)) if inputs.zones else None
     if (call is not None and call.refused is not None
             and fit(end, request, weight, view, groups) is None
-            and fit(end, request, weight, call.base, groups) is not None):
+            and fit(end, request, weight, call.anywhere(), groups) is not None):
         return PendingReason(name, ReasonCode.DATA_ZONE,
-                             zones.refusal(call, inputs.policy.cross_zone_margin))
+                             zones.refusal(call, inputs.policy))
     if fit(end, request, weight, view, groups) is not None:
         return PendingReason(name, ReasonCode.OUTRANKED,
                              "outranked: it fits the GPUs still free, but this cycle's plan "

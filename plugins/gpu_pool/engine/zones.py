@@ -60,12 +60,15 @@ class ZoneCall:
     wait_s: float  # expected home wait W (0: room now; inf: no hold there has an end)
     base: RequestView  # the static view: every move within the cap
     view: RequestView  # the view this cycle plans with (moves that pay)
-    # The cheapest move within the cap that did not pay (zone, transfer s), if any.
+    # The cheapest move not allowed (zone, transfer s), if the home zone has no room now.
     refused: tuple[str, float] | None = None
 
-    @property
-    def narrowed(self) -> bool:
-        return self.view is not self.base
+    def anywhere(self) -> RequestView:
+        """The view with every compatible node allowed, the cap ignored: where the request
+        would fit if its data could go anywhere (for its reason)."""
+        ones = np.ones_like(self.base.zone_ok)
+        return replace(self.base, zone_ok=ones,
+                       levels=view_levels(self.base.compatible, ones, self.base.penalty))
 
 
 def _duration(seconds: float) -> str:
@@ -102,13 +105,21 @@ def annotate(placement: Placement, call: ZoneCall, layout: FleetLayout) -> Place
                    note=f"{placement.note}; {note}" if placement.note else note)
 
 
-def refusal(call: ZoneCall, margin: float) -> str:
+def refusal(call: ZoneCall, policy: Policy) -> str:
     """The sentence of a request held for its data's zone although it would fit elsewhere."""
     assert call.refused is not None
     zone, transfer = call.refused
+    if transfer > policy.max_transfer_seconds:
+        return _too_far(call.home, _size(call.size_gib), zone, transfer,
+                        policy.max_transfer_seconds)
     return (f"waits for its data's zone {call.home}: moving {_size(call.size_gib)} to {zone} "
             f"would take {_duration(transfer)}, saving only ~{_duration(call.wait_s)} "
-            f"(a move must save {1 + margin:g}x its transfer time)")
+            f"(a move must save {1 + policy.cross_zone_margin:g}x its transfer time)")
+
+
+def _too_far(home: str, size: str, zone: str, transfer: float, limit_s: float) -> str:
+    return (f"waits for its data's zone {home}: moving {size} to {zone} would take "
+            f"{_duration(transfer)}, over the {_duration(limit_s)} limit on a transfer")
 
 
 def over_cap(request: Request, view: RequestView, layout_zones: Sequence[str],
@@ -117,11 +128,9 @@ def over_cap(request: Request, view: RequestView, layout_zones: Sequence[str],
     ds = request.dataset
     rows = np.flatnonzero(view.compatible)
     best = int(rows[np.argmin(view.transfer[rows])])
-    home = ds.zone if ds is not None else "?"
+    home = ds.zone if ds is not None and ds.zone else "?"
     size = _size(ds.size_gib) if ds is not None else "its data"
-    return (f"waits for its data's zone {home}: moving {size} to {layout_zones[best]} "
-            f"would take {_duration(float(view.transfer[best]))}, over the "
-            f"{_duration(limit_s)} limit on a transfer")
+    return _too_far(home, size, layout_zones[best], float(view.transfer[best]), limit_s)
 
 
 class _Holds:
@@ -234,7 +243,7 @@ def _decide_one(request: Request, base: RequestView, holds: _Holds, zones: Seque
     wait = home_wait(request, home_rows, holds)
     within = base.compatible & base.cross_zone & (base.transfer <= cap)
     pays = within & (base.transfer * margin <= wait) if wait > 0 else np.zeros_like(within)
-    refused_rows = np.flatnonzero(within & ~pays)
+    refused_rows = np.flatnonzero(base.compatible & base.cross_zone & ~pays)
     refused = None
     if refused_rows.size and wait > 0:
         best = int(refused_rows[np.argmin(base.transfer[refused_rows])])
