@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from gpu_pool.engine import plan
 from gpu_pool.engine.types import ReasonCode
-from gpu_pool.model import Policy
+from gpu_pool.model import Policy, PriorityClass
 
 
 def _fleet(holds: list[float | None], *, home_free: int = 0, us_nodes: int = 1,
@@ -229,3 +229,62 @@ def test_a_cross_zone_placement_always_saves_its_transfer_times_the_margin(
         assert p.expected_wait_saved_s > 0
         assert p.expected_wait_saved_s >= p.transfer_seconds * (1 + margin)
         assert p.note.startswith("moves ") and f" from {home} to " in p.note
+
+
+def test_the_queue_ahead_of_the_same_type_counts() -> None:
+    """h0 has room for one 4-GPU part now, h1 frees in 5 h: of three like requests, the first
+    stays home, the second waits 5 h at home or moves (it moves), the third would wait
+    forever (no other hold ends) and moves too."""
+    nodes, allocations = _fleet([None, 5 * H], home_free=4, us_nodes=2)
+    reqs = [replace(make_request(f"x{i}", 4, data_zone="eu", size_gib=500),
+                    submitted_at=NOW - timedelta(minutes=10 - i)) for i in range(3)]
+    snap = make_snapshot(nodes, reqs, allocations=allocations)
+    result = plan(snap)
+    check_plan(result, snap)
+    placed = {p.request_name: p for p in result.placements}
+    assert placed["x0"].assignments[0].node == "h0" and not placed["x0"].cross_zone
+    assert placed["x1"].cross_zone and placed["x1"].expected_wait_saved_s == pytest.approx(5 * H)
+    assert placed["x2"].cross_zone and math.isinf(placed["x2"].expected_wait_saved_s)
+
+
+def test_a_later_gang_waits_for_its_own_nodes() -> None:
+    """Two 2-node gangs; home nodes free in 10 min, 20 min, 4 h and 5 h: the first gang
+    waits 20 min (its second node), the second 5 h (the fourth). A 30-minute transfer
+    (x 1.5 = 45 min) pays for the second only; the first is held for its zone although us
+    has room for it."""
+    nodes, allocations = _fleet([600, 1200, 4 * H, 5 * H], us_nodes=4,
+                                us_bandwidth=1024 * 500 / 1800)
+    gangs = [replace(make_request(f"g{i}", 4, nodes=2, data_zone="eu", size_gib=500),
+                     submitted_at=NOW - timedelta(minutes=10 - i)) for i in range(2)]
+    result = plan(make_snapshot(nodes, gangs, allocations=allocations))
+    assert result.placement_of("g0") is None
+    reason = result.reason_of("g0")
+    assert reason is not None and reason.code is ReasonCode.DATA_ZONE
+    assert "saving only ~20 min" in reason.message
+    g1 = result.placement_of("g1")
+    assert g1 is not None and g1.cross_zone
+    assert g1.transfer_seconds == pytest.approx(1800)
+    assert g1.expected_wait_saved_s == pytest.approx(5 * H)
+
+
+def test_second_look_moves_a_request_whose_home_room_went_to_other_work() -> None:
+    """h0 (A100) has room for a 4-GPU part now, so x is first kept home; but y, more urgent
+    and A100-only with no data, takes h0. The second look sees eu full until h1 frees in
+    5 h (or, when y's own time limit of 1 h frees h0 sooner, 1 h) and moves x to the H100
+    node in us when that pays."""
+    h0 = make_node("h0", "A100", 4, zone="eu")
+    h1 = make_node("h1", "A100", 4, zone="eu")
+    u0 = make_node("u0", "H100", 4, zone="us")
+    held = replace(make_allocation("old", h1, (0, 1, 2, 3)), ends_by=NOW + timedelta(hours=5))
+    x = make_request("x", 4, data_zone="eu", size_gib=500)
+    for limit, saved in ((None, 5 * H), (timedelta(hours=1), H)):
+        y = replace(make_request("y", 4, models=("A100",), priority=PriorityClass.HIGH),
+                    time_limit=limit)
+        snap = make_snapshot([h0, h1, u0], [x, y], allocations=[held])
+        result = plan(snap)
+        check_plan(result, snap)
+        assert result.placement_of("y").assignments[0].node == "h0"
+        px = result.placement_of("x")
+        assert px is not None and px.assignments[0].node == "u0", result.pending
+        assert px.expected_wait_saved_s == pytest.approx(saved)
+        assert result.stats.objective >= result.stats.greedy_objective

@@ -3,11 +3,12 @@
 Steps of :func:`plan_on_state`:
 
 1. weigh every pending request (aged weight) and look up its static view and quota group
-   per node; a request whose data would leave its zone keeps only the moves that pay for
-   their transfer with the home-zone wait they save (:mod:`gpu_pool.engine.zones`, once per
-   request type);
+   per node;
 2. set aside what cannot be placed this cycle at all (never fits, data not ready);
-3. build the start cycle (a private copy of free capacity, quota left, headroom, FGD);
+3. build the start cycle (a private copy of free capacity, quota left, headroom, FGD); a
+   request whose data would leave its zone keeps only the moves that pay for their
+   transfer with the home-zone wait they save (:mod:`gpu_pool.engine.zones`, per request
+   type and its place in the cycle's order: room at home now means no move);
    requests pending past ``policy.reserve_after`` go into it first when they fit, else
    close the node(s) they need to everything else (:mod:`gpu_pool.engine.reserve`);
 4. greedy priority-order placement on a copy of it (small cycles try three orders
@@ -18,6 +19,10 @@ Steps of :func:`plan_on_state`:
    relaxation bounds every plan, and greedy within ``policy.solver_relative_gap`` of the
    bound stands; else the LP rounded down made concrete, then CP-SAT if still short; a
    plan is kept only when it is worth strictly more than greedy's;
+   then a second look at data moves: a request kept home for room at home that the plan
+   gave to other work is decided again against what the plan left (this cycle's
+   placements holding their GPUs until their time limits), and greedy places the moves
+   that now pay (what the next cycle would do, one cycle sooner);
 6. critical requests still pending may preempt preemptible allocations
    (:mod:`gpu_pool.engine.preempt`);
 7. a reason for every request left pending (:mod:`gpu_pool.engine.reasons`).
@@ -28,7 +33,8 @@ inputs give the same plan (the solver runs with a fixed seed under a determinist
 limit, see :func:`gpu_pool.engine.cpsat.configured_solver`; only its wall-clock guard,
 at twice the limit on an overloaded machine, can break this; GLOP is deterministic).
 ``stats.objective`` is the value of the placements on free capacity (step 4 or 5, with
-the starving requests step 3 placed first); placements won by preemption (step 6) come
+the starving requests step 3 placed first and the moves of step 5's second look, both
+added to the greedy value and the bound too); placements won by preemption (step 6) come
 on top and are not counted in it.
 """
 
@@ -139,7 +145,6 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     weights = aged_weights(requests, policy, now)
     book = QuotaBook.build(quotas, allocations_usage, policy, now)
     views: dict[str, RequestView] = {r.name: build_view(r, layout, policy) for r in requests}
-    views, zone_calls = zones.decide(requests, views, state, allocations_usage, policy, now)
     group_cache: dict[tuple, np.ndarray] = {}
     groups: dict[str, np.ndarray] = {}
     for r in requests:
@@ -168,6 +173,10 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     start = Cycle(state.copy(), book.remaining(), policy.critical_headroom_gpus,
                   mix if len(mix) else None, decisions=max(len(eligible), 1))
     ordered = greedy_order(eligible, weights)
+    static_views = views
+    views, zone_calls, zone_waits = zones.decide(ordered, views, state, allocations_usage,
+                                                 policy, now)
+    by_request = {r.name: r for r in ordered}
     held = reserve.reserve(start, ordered, weights, views, groups, policy, now)
     if held.placements:
         first = held.placed
@@ -201,6 +210,21 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
                            result.detail)
     if held.placements:
         placements = [*held.placements, *placements]
+    # 5b. a second look at data moves: requests kept home for room the plan gave to others
+    placed = {p.request_name for p in placements}
+    again = [r for r in ordered if r.name not in placed and zone_waits.get(r.name) == 0.0]
+    second = 0
+    if again:
+        moved_views, calls, waits = zones.decide(
+            again, static_views, final.state, allocations_usage, policy, now,
+            placed=[(p, by_request[p.request_name]) for p in placements])
+        views.update((r.name, moved_views[r.name]) for r in again)
+        zone_calls.update(calls)
+        zone_waits.update(waits)
+        movers = [r for r in again if waits[r.name] > 0]
+        if movers:
+            final, more, second = best_greedy(final, movers, weights, views, groups)
+            placements = [*placements, *more]
     # 6. critical requests still pending may preempt preemptible allocations
     placed = {p.request_name for p in placements}
     waiting = [r for r in ordered if r.name not in placed]
@@ -220,7 +244,8 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     for r in requests:
         if r.name in placed:
             continue
-        key = (view_key(r), r.priority is PriorityClass.CRITICAL, id(groups[r.name]),
+        key = (view_key(r), id(views[r.name]), r.priority is PriorityClass.CRITICAL,
+               id(groups[r.name]),
                never[r.name], None if r.data_ready else (r.dataset and r.dataset.uri),
                held.holder(r.name) if held.reservations else None)
         reason = decided.get(key)
@@ -235,10 +260,12 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     if zone_calls:
         for name, p in by_name.items():
             if p.cross_zone:
-                by_name[name] = zones.annotate(p, zone_calls[id(views[name])], layout)
+                by_name[name] = zones.annotate(p, zone_calls[id(views[name])],
+                                               zone_waits[name], layout)
     ordered_placements: tuple[Placement, ...] = tuple(
         by_name[r.name] for r in requests if r.name in by_name)
-    pre = held.value  # starving requests placed first count on both sides
+    # Starving requests placed first and the second look's moves count on both sides.
+    pre = held.value + second
     stats = SolveStats(stats.status, time.perf_counter() - t0, stats.objective + pre,
                        stats.greedy_objective + pre,
                        None if stats.upper_bound is None else stats.upper_bound + pre,

@@ -11,25 +11,32 @@ transfer ``t(z)``
     ``bandwidth_mb_s`` (computed per row in :func:`gpu_pool.engine.objective.build_view`).
 expected home wait ``W``
     How long until the request would fit in its home zone, from the active allocations'
-    ``ends_by`` (start + time limit): per compatible up node of the home zone, its holds are
-    released in end order onto its free capacity now until one part of the request fits
-    (an allocation without ``ends_by`` never ends for the estimate; one past its ``ends_by``
-    ends now). ``W`` is the earliest such time over the nodes (a gang of ``k`` nodes: the
-    ``k``-th earliest), minus ``now``; infinite when no node ever gets room. Other pending
-    work is ignored (the queue ahead is not counted) and so are quotas and headroom, which
-    do not depend on the zone.
+    ``ends_by`` (start + time limit): the holds on the compatible up nodes of the home zone
+    are released in end order onto their free capacity now (an allocation without
+    ``ends_by`` never ends for the estimate; one past its ``ends_by`` ends now), counting
+    the parts of its shape each node then holds. The queue ahead of it is accounted for,
+    within its type: the ``i``-th request of a type in the cycle's order (priority, size,
+    age) waits for the ``i``-th part's room (a gang of ``k`` nodes for ``k`` parts on
+    distinct nodes, one per node). Infinite when the known ends never make that room.
+    Other types' pending work is ignored, and so are quotas and headroom, which do not
+    depend on the zone.
 
 Rules
 -----
-* The home zone has room now (``W = 0``): no move this cycle.
+* The home zone has room for it now (``W = 0``, the requests of its type ahead of it
+  counted): no move.
 * Otherwise a node in zone ``z`` is allowed when ``t(z) <= policy.max_transfer_seconds``
   (the flat cap) and ``W >= t(z) * (1 + policy.cross_zone_margin)``. A placement's
   ``expected_wait_saved_s`` is ``W`` and its ``transfer_seconds`` the largest ``t`` of its
   nodes, so every cross-zone placement has ``expected_wait_saved_s >= transfer_seconds *
   (1 + margin)``.
-* The decision is made once per request type (the static view, shared by identical
-  requests) per cycle, against the free capacity at the start of the cycle; requests of
-  the type still waiting after the home zone fills are decided again next cycle.
+* The plan may give the room at home to other work (other types are not counted above):
+  a request kept home that the plan leaves waiting is decided again against what the plan
+  left (:mod:`gpu_pool.engine.plan`, step 5), as the next cycle would.
+* Cost: nothing for a request whose static view moves no data; else one walk of the home
+  zone's holds per request type (the static view, shared by identical requests) per cycle,
+  stopped as soon as the type's requests have their room, and a few variants of the view
+  per type (one per distinct transfer threshold passed), shared by its requests.
 
 Invariants: nothing here changes its inputs; the narrowed view differs from the static one
 only in ``zone_ok``, ``signature`` and ``levels``, so every planner reads it unchanged.
@@ -37,6 +44,7 @@ only in ``zone_ok``, ``signature`` and ``levels``, so every planner reads it unc
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -97,11 +105,13 @@ def move_note(call: ZoneCall, to_zones: Sequence[str], transfer_s: float) -> str
     return f"{head}, saves ~{_duration(call.wait_s)} of waiting"
 
 
-def annotate(placement: Placement, call: ZoneCall, layout: FleetLayout) -> Placement:
+def annotate(placement: Placement, call: ZoneCall, wait_s: float,
+             layout: FleetLayout) -> Placement:
     """``placement`` (cross-zone) with the wait it was to save and its sentence."""
     to = [layout.zones[layout.row_of[a.node]] for a in placement.assignments]
+    call = replace(call, wait_s=wait_s)
     note = move_note(call, [z for z in to if z != call.home], placement.transfer_seconds)
-    return replace(placement, expected_wait_saved_s=call.wait_s,
+    return replace(placement, expected_wait_saved_s=wait_s,
                    note=f"{placement.note}; {note}" if placement.note else note)
 
 
@@ -134,114 +144,156 @@ def over_cap(request: Request, view: RequestView, layout_zones: Sequence[str],
 
 
 class _Holds:
-    """Active allocations per row, in end order, built once per cycle on first use."""
+    """Active allocations per row, in end order (seconds from now), built once per cycle on
+    first use; only holds with a finite end are kept (the others never free anything)."""
 
     def __init__(self, state: FleetState, allocations: Sequence[Allocation],
-                 now: datetime) -> None:
+                 now: datetime, placed: Sequence[tuple[Placement, Request]] = ()) -> None:
         layout = state.layout
         by_row: dict[int, list[tuple[float, tuple[int, ...], int, int, int]]] = defaultdict(list)
         for a in allocations:
             row = layout.row_of.get(a.node)
-            if row is None:
+            if row is None or a.ends_by is None:
                 continue
             cols = layout.column_of[row]
-            end = (math.inf if a.ends_by is None
-                   else max((a.ends_by - now).total_seconds(), 0.0))
-            by_row[row].append((end, tuple(cols[i] for i in a.gpu_indices if i in cols),
+            by_row[row].append((max((a.ends_by - now).total_seconds(), 0.0),
+                                tuple(cols[i] for i in a.gpu_indices if i in cols),
                                 a.gpu_milli, a.cpu_milli, a.memory_mib))
+        for p, r in placed:  # this cycle's placements hold until their time limits
+            if r.time_limit is None:
+                continue
+            for part in p.assignments:
+                row = layout.row_of[part.node]
+                cols = layout.column_of[row]
+                by_row[row].append((r.time_limit.total_seconds(),
+                                    tuple(cols[i] for i in part.gpu_indices),
+                                    part.gpu_milli, part.cpu_milli, part.memory_mib))
         for holds in by_row.values():
             holds.sort(key=lambda h: h[0])
         self.by_row = by_row
         self.state = state
-        self.cache: dict[tuple, float] = {}
-
-    def room_at(self, row: int, request: Request) -> float:
-        """Seconds from now until one part of ``request`` fits on ``row`` (inf: never)."""
-        key = (row, request.gpus, request.gpu_milli, request.cpu_milli, request.memory_mib)
-        got = self.cache.get(key)
-        if got is None:
-            got = self.cache[key] = self._room_at(row, request)
-        return got
-
-    def _room_at(self, row: int, request: Request) -> float:
-        st = self.state
-        gpu = st.gpu_free[row].copy()
-        cpu = int(st.cpu_free[row])
-        mem = int(st.mem_free[row])
-        holds = self.by_row.get(row, [])
-        i = 0
-        at = 0.0
-        while True:
-            if _fits(request, gpu, cpu, mem):
-                return at
-            if i >= len(holds) or math.isinf(holds[i][0]):
-                return math.inf
-            at = holds[i][0]
-            while i < len(holds) and holds[i][0] == at:  # holds ending together
-                _, cols, milli, c, m = holds[i]
-                for col in cols:
-                    gpu[col] = min(gpu[col] + milli, MILLI_PER_GPU)
-                cpu += c
-                mem += m
-                i += 1
 
 
-def _fits(request: Request, gpu: np.ndarray, cpu: int, mem: int) -> bool:
-    if cpu < request.cpu_milli or mem < request.memory_mib:
-        return False
-    if request.gpus <= 0:
-        return True
+def _parts(request: Request, gpu: np.ndarray, cpu: int, mem: int, cap: int) -> int:
+    """How many parts of ``request`` fit on one node with this free capacity (at most cap)."""
+    n = cap
+    if request.cpu_milli:
+        n = min(n, cpu // request.cpu_milli)
+    if request.memory_mib:
+        n = min(n, mem // request.memory_mib)
+    if request.gpus <= 0 or n <= 0:
+        return max(n, 0)
     if request.is_share:
-        return bool((gpu >= request.gpu_milli).any())
-    return int((gpu == MILLI_PER_GPU).sum()) >= request.gpus
+        return min(n, int((np.maximum(gpu, 0) // request.gpu_milli).sum()))
+    return min(n, int((gpu == MILLI_PER_GPU).sum()) // request.gpus)
 
 
-def home_wait(request: Request, home_rows: np.ndarray, holds: _Holds) -> float:
-    """``W`` of the module docstring over the compatible up rows of the home zone."""
-    if not home_rows.size:
-        return math.inf
-    times = sorted(holds.room_at(int(row), request) for row in home_rows)
-    k = request.nodes
-    return times[k - 1] if len(times) >= k else math.inf
-
-
-def decide(requests: Sequence[Request], views: Mapping[str, RequestView], state: FleetState,
-           allocations: Sequence[Allocation], policy: Policy, now: datetime
-           ) -> tuple[dict[str, RequestView], dict[int, ZoneCall]]:
-    """The views to plan with (moves that do not pay taken out) and the cycle's calls,
-    keyed by ``id`` of the view each request now has (see the module docstring).
-
-    Requests whose static view moves no data keep it; each request type is decided once.
-    """
-    calls: dict[int, ZoneCall] = {}
-    by_base: dict[int, ZoneCall] = {}
-    out = dict(views)
-    holds: _Holds | None = None
-    layout = state.layout
-    margin = 1.0 + policy.cross_zone_margin
-    for r in requests:
-        base = views[r.name]
-        if not base.moves:
-            continue
-        call = by_base.get(id(base))
-        if call is None:
-            if holds is None:
-                holds = _Holds(state, allocations, now)
-            call = by_base[id(base)] = _decide_one(r, base, holds, layout.zones, margin,
-                                                   policy.max_transfer_seconds)
-            calls[id(call.view)] = call
-        out[r.name] = call.view
-    return out, calls
-
-
-def _decide_one(request: Request, base: RequestView, holds: _Holds, zones: Sequence[str],
-                margin: float, cap: float) -> ZoneCall:
-    ds = request.dataset
-    assert ds is not None and ds.zone is not None
+def slot_times(request: Request, home_rows: np.ndarray, holds: _Holds, count: int
+               ) -> list[float]:
+    """The times (seconds from now, ascending) at which the home zone gets room for each of
+    the first ``count`` parts of requests like ``request``: parts that fit now count 0; then
+    the holds are released in end order, fleet-wide, until ``count`` parts fit. A gang's
+    parts need distinct nodes, so a node counts at most one part of a gang shape."""
     st = holds.state
-    home_rows = np.flatnonzero(base.compatible & ~base.cross_zone & st.up)
-    wait = home_wait(request, home_rows, holds)
-    within = base.compatible & base.cross_zone & (base.transfer <= cap)
+    cap = 1 if request.is_gang else count
+    have: dict[int, int] = {}
+    times: list[float] = []
+    heap: list[tuple[float, int, int]] = []
+    for row in home_rows.tolist():
+        c = _parts(request, st.gpu_free[row], int(st.cpu_free[row]), int(st.mem_free[row]),
+                   cap)
+        have[row] = c
+        times.extend([0.0] * c)
+        mine = holds.by_row.get(row)
+        if mine and c < cap:
+            heap.append((mine[0][0], row, 0))
+    if len(times) >= count or not heap:
+        return times[:count]
+    heapq.heapify(heap)
+    free: dict[int, list] = {}
+    while heap and len(times) < count:
+        at, row, i = heapq.heappop(heap)
+        if row not in free:
+            free[row] = [st.gpu_free[row].copy(), int(st.cpu_free[row]), int(st.mem_free[row])]
+        gpu, cpu, mem = free[row]
+        mine = holds.by_row[row]
+        while i < len(mine) and mine[i][0] == at:  # holds ending together
+            _, cols, milli, c, m = mine[i]
+            for col in cols:
+                gpu[col] = min(gpu[col] + milli, MILLI_PER_GPU)
+            cpu += c
+            mem += m
+            i += 1
+        free[row][1:] = [cpu, mem]
+        c = _parts(request, gpu, cpu, mem, cap)
+        if c > have[row]:
+            times.extend([at] * (c - have[row]))
+            have[row] = c
+        if i < len(mine) and c < cap:
+            heapq.heappush(heap, (mine[i][0], row, i))
+    return times[:count]
+
+
+def waits(request: Request, home_rows: np.ndarray, holds: _Holds, count: int) -> list[float]:
+    """``W`` of the module docstring for the first ``count`` requests like ``request`` in the
+    cycle's order (the ``i``-th waits for the room the ``i`` before it take first; a gang of
+    ``k`` nodes for ``k`` parts); ``inf`` where the known ends never make room."""
+    k = request.nodes
+    times = slot_times(request, home_rows, holds, count * k)
+    return [times[(i + 1) * k - 1] if len(times) >= (i + 1) * k else math.inf
+            for i in range(count)]
+
+
+def decide(ordered: Sequence[Request], views: Mapping[str, RequestView], state: FleetState,
+           allocations: Sequence[Allocation], policy: Policy, now: datetime, *,
+           placed: Sequence[tuple[Placement, Request]] = ()
+           ) -> tuple[dict[str, RequestView], dict[int, ZoneCall], dict[str, float]]:
+    """The views to plan with (moves that do not pay taken out), the cycle's calls keyed by
+    ``id`` of the view each request now has, and each moving request's expected home wait.
+
+    ``ordered``: the requests to place, in the cycle's order (see the module docstring);
+    ``state``: the free capacity; ``placed``: placements already made on it this cycle,
+    which hold their GPUs until their requests' time limits (none: for ever). Requests
+    whose static view moves no data keep it and cost nothing here.
+    """
+    types: dict[int, list[Request]] = defaultdict(list)
+    for r in ordered:
+        if views[r.name].moves:
+            types[id(views[r.name])].append(r)
+    out = dict(views)
+    calls: dict[int, ZoneCall] = {}
+    wait_of: dict[str, float] = {}
+    if not types:
+        return out, calls, wait_of
+    holds = _Holds(state, allocations, now, placed)
+    zones = state.layout.zones
+    margin = 1.0 + policy.cross_zone_margin
+    cap = policy.max_transfer_seconds
+    for same in types.values():
+        first = same[0]
+        base = views[first.name]
+        ds = first.dataset
+        assert ds is not None and ds.zone is not None
+        home_rows = np.flatnonzero(base.compatible & ~base.cross_zone & state.up)
+        within = base.compatible & base.cross_zone & (base.transfer <= cap)
+        # A request's wait decides which moves pay: the distinct thresholds t * (1 + margin)
+        # of the allowed moves split the waits into a few variants of the view.
+        steps = np.unique(base.transfer[within] * margin)
+        variants: dict[int, ZoneCall] = {}
+        for r, wait in zip(same, waits(first, home_rows, holds, len(same)), strict=True):
+            key = -1 if wait <= 0 else int(np.searchsorted(steps, wait, side="right"))
+            call = variants.get(key)
+            if call is None:
+                call = variants[key] = _call(base, ds.zone, ds.size_gib, wait, within, margin,
+                                             zones)
+                calls[id(call.view)] = call
+            out[r.name] = call.view
+            wait_of[r.name] = wait
+    return out, calls, wait_of
+
+
+def _call(base: RequestView, home: str, size_gib: float, wait: float, within: np.ndarray,
+          margin: float, zones: Sequence[str]) -> ZoneCall:
     pays = within & (base.transfer * margin <= wait) if wait > 0 else np.zeros_like(within)
     refused_rows = np.flatnonzero(base.compatible & base.cross_zone & ~pays)
     refused = None
@@ -255,4 +307,4 @@ def _decide_one(request: Request, base: RequestView, holds: _Holds, zones: Seque
         view = replace(base, zone_ok=zone_ok,
                        signature=hash((base.signature, zone_ok.tobytes())),
                        levels=view_levels(base.compatible, zone_ok, base.penalty))
-    return ZoneCall(ds.zone, ds.size_gib, wait, base, view, refused)
+    return ZoneCall(home, size_gib, wait, base, view, refused)
