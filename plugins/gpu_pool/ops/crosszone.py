@@ -83,9 +83,7 @@ def moves_of(records: Iterable[LedgerEntry | Allocation], holds: Sequence[Hold],
         if r.transfer_s > 0:
             groups[(r.request_name, r.started_at)].append(r)
     by_name = {n.name: n for n in nodes}
-    held: dict[str, list[Hold]] = defaultdict(list)
-    for h in holds:
-        held[h.node].append(h)
+    held = by_node(holds)
     out = []
     for (name, start), parts in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         first = parts[0]
@@ -94,24 +92,34 @@ def moves_of(records: Iterable[LedgerEntry | Allocation], holds: Sequence[Hold],
         to = sorted({by_name[p.node].zone if p.node in by_name else "?" for p in parts})
         transfer = max(p.transfer_s for p in parts)
         expected = max(p.expected_wait_saved_s for p in parts)
-        need = max(_gpus(p) for p in parts)
-        model = first.gpu_model
-        room = None
-        if home is not None:
-            candidates = [n for n in nodes if n.zone == home and n.gpu_model == model]
-            room = _room_at(candidates, held, need, len(parts), start, until)
-        saved = ((room if room is not None else until) - start).total_seconds()
-        saved = max(saved, 0.0)
-        if saved >= transfer:
-            paid = "yes"
-        elif room is not None:
-            paid = "no"
-        else:
-            paid = "unknown"
+        room, saved, paid = judge(home, first.gpu_model, max(_gpus(p) for p in parts),
+                                  len(parts), start, transfer, nodes, held, until)
         out.append(Move(name, first.team, ds.uri if ds is not None else None, home or "?",
                         ", ".join(to), ds.size_gib if ds is not None else None, start,
                         transfer, expected, room, saved, paid))
     return out
+
+
+def judge(home: str | None, gpu_model: str | None, need: float, count: int, start: datetime,
+          transfer_s: float, nodes: Sequence[Node], held: Mapping[str, list[Hold]],
+          until: datetime) -> tuple[datetime | None, float, str]:
+    """(home room, actual wait saved, paid) of one move (see the module docstring):
+    ``need`` GPUs on each of ``count`` nodes of ``gpu_model`` in zone ``home``."""
+    room = None
+    if home is not None:
+        candidates = [n for n in nodes if n.zone == home and n.gpu_model == gpu_model]
+        room = _room_at(candidates, held, need, count, start, until)
+    saved = max(((room if room is not None else until) - start).total_seconds(), 0.0)
+    if saved >= transfer_s:
+        return room, saved, "yes"
+    return room, saved, "no" if room is not None else "unknown"
+
+
+def by_node(holds: Iterable[Hold]) -> dict[str, list[Hold]]:
+    held: dict[str, list[Hold]] = defaultdict(list)
+    for h in holds:
+        held[h.node].append(h)
+    return held
 
 
 def _gpus(record: LedgerEntry | Allocation) -> float:
@@ -148,7 +156,8 @@ def summary(moves: Sequence[Move]) -> str:
     unknown = len(moves) - paid - lost
     hours = sum(m.transfer_s for m in moves) / 3600
     tail = f", {unknown} not known yet" if unknown else ""
-    return (f"{len(moves)} cross-zone moves, {hours:.1f} h of transfer: {paid} paid, "
+    noun = "move" if len(moves) == 1 else "moves"
+    return (f"{len(moves)} cross-zone {noun}, {hours:.1f} h of transfer: {paid} paid, "
             f"{lost} did not{tail}")
 
 
