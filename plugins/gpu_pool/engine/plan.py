@@ -174,8 +174,8 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
                   mix if len(mix) else None, decisions=max(len(eligible), 1))
     ordered = greedy_order(eligible, weights)
     static_views = views
-    views, zone_calls, zone_waits = zones.decide(ordered, views, state, allocations_usage,
-                                                 policy, now)
+    decision = zones.decide(ordered, views, state, allocations_usage, policy, now)
+    views, zone_calls, zone_waits = decision.views, decision.calls, decision.waits
     by_request = {r.name: r for r in ordered}
     held = reserve.reserve(start, ordered, weights, views, groups, policy, now)
     if held.placements:
@@ -215,13 +215,14 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     again = [r for r in ordered if r.name not in placed and zone_waits.get(r.name) == 0.0]
     second = 0
     if again:
-        moved_views, calls, waits = zones.decide(
+        assert decision.holds is not None  # some request moves data
+        second_look = zones.decide(
             again, static_views, final.state, allocations_usage, policy, now,
-            placed=[(p, by_request[p.request_name]) for p in placements])
-        views.update((r.name, moved_views[r.name]) for r in again)
-        zone_calls.update(calls)
-        zone_waits.update(waits)
-        movers = [r for r in again if waits[r.name] > 0]
+            holds=decision.holds, placed=[(p, by_request[p.request_name]) for p in placements])
+        views.update((r.name, second_look.views[r.name]) for r in again)
+        zone_calls.update(second_look.calls)
+        zone_waits.update(second_look.waits)
+        movers = [r for r in again if second_look.waits[r.name] > 0]
         if movers:
             final, more, second = best_greedy(final, movers, weights, views, groups)
             placements = [*placements, *more]

@@ -143,39 +143,91 @@ def over_cap(request: Request, view: RequestView, layout_zones: Sequence[str],
     return _too_far(home, size, layout_zones[best], float(view.transfer[best]), limit_s)
 
 
-class _Holds:
-    """Active allocations per row, in end order (seconds from now), built once per cycle on
-    first use; only holds with a finite end are kept (the others never free anything)."""
+class Holds:
+    """Holds with a known end per row, in end order (seconds from now): the active
+    allocations' (an allocation without ``ends_by`` never frees anything and is left out),
+    plus, for the second look, this cycle's placements until their time limits. Built once
+    per cycle, on first use (:func:`decide` with ``holds=None``)."""
 
-    def __init__(self, state: FleetState, allocations: Sequence[Allocation],
-                 now: datetime, placed: Sequence[tuple[Placement, Request]] = ()) -> None:
-        layout = state.layout
+    def __init__(self, layout: FleetLayout,
+                 by_row: dict[int, list[tuple[float, tuple[int, ...], int, int, int]]]) -> None:
+        self.layout = layout
+        self.by_row = by_row
+        self._with = np.zeros(len(layout.names), dtype=bool)
+        self._with[list(by_row)] = True
+
+    @classmethod
+    def of(cls, layout: FleetLayout, allocations: Sequence[Allocation],
+           now: datetime) -> Holds:
         by_row: dict[int, list[tuple[float, tuple[int, ...], int, int, int]]] = defaultdict(list)
+        row_of, column_of = layout.row_of, layout.column_of
         for a in allocations:
-            row = layout.row_of.get(a.node)
-            if row is None or a.ends_by is None:
+            if a.ends_by is None:
                 continue
-            cols = layout.column_of[row]
+            row = row_of.get(a.node)
+            if row is None:
+                continue
+            cols = column_of[row]
             by_row[row].append((max((a.ends_by - now).total_seconds(), 0.0),
-                                tuple(cols[i] for i in a.gpu_indices if i in cols),
+                                tuple([cols[i] for i in a.gpu_indices if i in cols]),
                                 a.gpu_milli, a.cpu_milli, a.memory_mib))
-        for p, r in placed:  # this cycle's placements hold until their time limits
+        for holds in by_row.values():
+            holds.sort(key=_end)
+        return cls(layout, by_row)
+
+    def plus(self, placed: Sequence[tuple[Placement, Request]], rows: np.ndarray) -> Holds:
+        """These holds and those of ``placed`` on ``rows`` (a row mask) — this cycle's
+        placements, until their requests' time limits (none: for ever); rows without a new
+        hold are shared, not copied."""
+        layout = self.layout
+        by_row = dict(self.by_row)
+        touched = set()
+        for p, r in placed:
             if r.time_limit is None:
                 continue
             for part in p.assignments:
                 row = layout.row_of[part.node]
+                if not rows[row]:
+                    continue
                 cols = layout.column_of[row]
+                if row not in touched:
+                    by_row[row] = list(by_row.get(row, ()))
+                    touched.add(row)
                 by_row[row].append((r.time_limit.total_seconds(),
                                     tuple(cols[i] for i in part.gpu_indices),
                                     part.gpu_milli, part.cpu_milli, part.memory_mib))
-        for holds in by_row.values():
-            holds.sort(key=lambda h: h[0])
-        self.by_row = by_row
-        self.state = state
+        for row in touched:
+            by_row[row].sort(key=_end)
+        return Holds(layout, by_row)
+
+    def rows_in(self, rows: np.ndarray) -> list[int]:
+        """Those of ``rows`` with a hold that ends."""
+        return rows[self._with[rows]].tolist()
 
 
-def _parts(request: Request, gpu: np.ndarray, cpu: int, mem: int, cap: int) -> int:
-    """How many parts of ``request`` fit on one node with this free capacity (at most cap)."""
+def _end(hold: tuple) -> float:
+    return hold[0]
+
+
+def _parts_now(request: Request, st: FleetState, rows: np.ndarray, cap: int) -> np.ndarray:
+    """:func:`_parts` of each of ``rows`` in the free capacity of ``st``."""
+    n = np.full(rows.size, cap, dtype=np.int64)
+    if request.cpu_milli:
+        n = np.minimum(n, st.cpu_free[rows] // request.cpu_milli)
+    if request.memory_mib:
+        n = np.minimum(n, st.mem_free[rows] // request.memory_mib)
+    if request.gpus > 0:
+        if request.is_share:
+            per = (np.maximum(st.gpu_free[rows], 0) // request.gpu_milli).sum(axis=1)
+        else:
+            per = st.whole_free[rows] // request.gpus
+        n = np.minimum(n, per)
+    return np.maximum(n, 0)
+
+
+def _parts(request: Request, gpu: list[int], cpu: int, mem: int, cap: int) -> int:
+    """How many parts of ``request`` fit on one node with this free capacity (at most cap);
+    ``gpu``: free milli per GPU (-1: no GPU there). Plain Python: called per hold ending."""
     n = cap
     if request.cpu_milli:
         n = min(n, cpu // request.cpu_milli)
@@ -184,37 +236,35 @@ def _parts(request: Request, gpu: np.ndarray, cpu: int, mem: int, cap: int) -> i
     if request.gpus <= 0 or n <= 0:
         return max(n, 0)
     if request.is_share:
-        return min(n, int((np.maximum(gpu, 0) // request.gpu_milli).sum()))
-    return min(n, int((gpu == MILLI_PER_GPU).sum()) // request.gpus)
+        milli = request.gpu_milli
+        return min(n, sum(g // milli for g in gpu if g > 0))
+    return min(n, gpu.count(MILLI_PER_GPU) // request.gpus)
 
 
-def slot_times(request: Request, home_rows: np.ndarray, holds: _Holds, count: int
-               ) -> list[float]:
+def slot_times(request: Request, home_rows: np.ndarray, st: FleetState, holds: Holds,
+               count: int) -> list[float]:
     """The times (seconds from now, ascending) at which the home zone gets room for each of
     the first ``count`` parts of requests like ``request``: parts that fit now count 0; then
     the holds are released in end order, fleet-wide, until ``count`` parts fit. A gang's
     parts need distinct nodes, so a node counts at most one part of a gang shape."""
-    st = holds.state
     cap = 1 if request.is_gang else count
-    have: dict[int, int] = {}
-    times: list[float] = []
-    heap: list[tuple[float, int, int]] = []
-    for row in home_rows.tolist():
-        c = _parts(request, st.gpu_free[row], int(st.cpu_free[row]), int(st.mem_free[row]),
-                   cap)
-        have[row] = c
-        times.extend([0.0] * c)
-        mine = holds.by_row.get(row)
-        if mine and c < cap:
-            heap.append((mine[0][0], row, 0))
-    if len(times) >= count or not heap:
-        return times[:count]
+    now = _parts_now(request, st, home_rows, cap)  # one array pass over the home zone
+    total = int(now.sum())
+    times: list[float] = [0.0] * min(total, count)
+    if total >= count:
+        return times
+    have = dict(zip(home_rows.tolist(), now.tolist(), strict=True))
+    heap = [(holds.by_row[row][0][0], row, 0) for row in holds.rows_in(home_rows)
+            if have[row] < cap]
+    if not heap:
+        return times
     heapq.heapify(heap)
     free: dict[int, list] = {}
     while heap and len(times) < count:
         at, row, i = heapq.heappop(heap)
         if row not in free:
-            free[row] = [st.gpu_free[row].copy(), int(st.cpu_free[row]), int(st.mem_free[row])]
+            free[row] = [st.gpu_free[row].tolist(), int(st.cpu_free[row]),
+                         int(st.mem_free[row])]
         gpu, cpu, mem = free[row]
         mine = holds.by_row[row]
         while i < len(mine) and mine[i][0] == at:  # holds ending together
@@ -234,27 +284,38 @@ def slot_times(request: Request, home_rows: np.ndarray, holds: _Holds, count: in
     return times[:count]
 
 
-def waits(request: Request, home_rows: np.ndarray, holds: _Holds, count: int) -> list[float]:
+def waits(request: Request, home_rows: np.ndarray, st: FleetState, holds: Holds,
+          count: int) -> list[float]:
     """``W`` of the module docstring for the first ``count`` requests like ``request`` in the
     cycle's order (the ``i``-th waits for the room the ``i`` before it take first; a gang of
     ``k`` nodes for ``k`` parts); ``inf`` where the known ends never make room."""
     k = request.nodes
-    times = slot_times(request, home_rows, holds, count * k)
+    times = slot_times(request, home_rows, st, holds, count * k)
     return [times[(i + 1) * k - 1] if len(times) >= (i + 1) * k else math.inf
             for i in range(count)]
 
 
+@dataclass
+class Decision:
+    """What :func:`decide` returns: the views to plan with, the calls keyed by ``id`` of
+    the view each request now has, each moving request's expected home wait, and the holds
+    (to reuse in the cycle's second look; None when nothing moves)."""
+
+    views: dict[str, RequestView]
+    calls: dict[int, ZoneCall]
+    waits: dict[str, float]
+    holds: Holds | None
+
+
 def decide(ordered: Sequence[Request], views: Mapping[str, RequestView], state: FleetState,
            allocations: Sequence[Allocation], policy: Policy, now: datetime, *,
-           placed: Sequence[tuple[Placement, Request]] = ()
-           ) -> tuple[dict[str, RequestView], dict[int, ZoneCall], dict[str, float]]:
-    """The views to plan with (moves that do not pay taken out), the cycle's calls keyed by
-    ``id`` of the view each request now has, and each moving request's expected home wait.
-
-    ``ordered``: the requests to place, in the cycle's order (see the module docstring);
-    ``state``: the free capacity; ``placed``: placements already made on it this cycle,
-    which hold their GPUs until their requests' time limits (none: for ever). Requests
-    whose static view moves no data keep it and cost nothing here.
+           holds: Holds | None = None,
+           placed: Sequence[tuple[Placement, Request]] = ()) -> Decision:
+    """Which moves pay for each of ``ordered`` (the requests to place, in the cycle's
+    order: see the module docstring) on the free capacity of ``state``; ``holds``: built
+    from ``allocations`` when None; ``placed``: placements already made on ``state`` this
+    cycle, which hold until their time limits. Requests whose static view moves no data
+    keep it and cost nothing here.
     """
     types: dict[int, list[Request]] = defaultdict(list)
     for r in ordered:
@@ -264,8 +325,15 @@ def decide(ordered: Sequence[Request], views: Mapping[str, RequestView], state: 
     calls: dict[int, ZoneCall] = {}
     wait_of: dict[str, float] = {}
     if not types:
-        return out, calls, wait_of
-    holds = _Holds(state, allocations, now, placed)
+        return Decision(out, calls, wait_of, holds)
+    if holds is None:
+        holds = Holds.of(state.layout, allocations, now)
+    if placed:  # only the home zones of these requests matter
+        home = np.zeros(state.size, dtype=bool)
+        for same in types.values():
+            base = views[same[0].name]
+            home |= base.compatible & ~base.cross_zone
+        holds = holds.plus(placed, home)
     zones = state.layout.zones
     margin = 1.0 + policy.cross_zone_margin
     cap = policy.max_transfer_seconds
@@ -279,9 +347,10 @@ def decide(ordered: Sequence[Request], views: Mapping[str, RequestView], state: 
         # A request's wait decides which moves pay: the distinct thresholds t * (1 + margin)
         # of the allowed moves split the waits into a few variants of the view.
         steps = np.unique(base.transfer[within] * margin)
+        w = waits(first, home_rows, state, holds, len(same))
+        keys = np.where(np.array(w) <= 0, -1, np.searchsorted(steps, w, side="right")).tolist()
         variants: dict[int, ZoneCall] = {}
-        for r, wait in zip(same, waits(first, home_rows, holds, len(same)), strict=True):
-            key = -1 if wait <= 0 else int(np.searchsorted(steps, wait, side="right"))
+        for r, wait, key in zip(same, w, keys, strict=True):
             call = variants.get(key)
             if call is None:
                 call = variants[key] = _call(base, ds.zone, ds.size_gib, wait, within, margin,
@@ -289,7 +358,7 @@ def decide(ordered: Sequence[Request], views: Mapping[str, RequestView], state: 
                 calls[id(call.view)] = call
             out[r.name] = call.view
             wait_of[r.name] = wait
-    return out, calls, wait_of
+    return Decision(out, calls, wait_of, holds)
 
 
 def _call(base: RequestView, home: str, size_gib: float, wait: float, within: np.ndarray,
