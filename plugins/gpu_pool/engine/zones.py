@@ -37,6 +37,10 @@ Rules
   zone's holds per request type (the static view, shared by identical requests) per cycle,
   stopped as soon as the type's requests have their room, and a few variants of the view
   per type (one per distinct transfer threshold passed), shared by its requests.
+  ``bench/placement_scale.py`` 5,000 x 2,500 (no hold has an end there): 12 ms of a
+  0.17-0.19 s greedy cycle; the same queue and fleet with every hold and request given a
+  time limit (1-12 h), 20,000 x 10,000: 0.19-0.27 s of a 0.95-1.08 s greedy cycle (both
+  looks, 60 request types walked).
 
 Invariants: nothing here changes its inputs; the narrowed view differs from the static one
 only in ``zone_ok``, ``signature`` and ``levels``, so every planner reads it unchanged.
@@ -61,11 +65,14 @@ from gpu_pool.model import MILLI_PER_GPU, Allocation, Policy, Request
 
 @dataclass(frozen=True)
 class ZoneCall:
-    """The cycle's decision on moving the data of one request type out of its home zone."""
+    """The cycle's decision on moving the data of the requests of one type whose waits
+    pass the same thresholds (a variant of the type's view) out of their home zone."""
 
     home: str
     size_gib: float
-    wait_s: float  # expected home wait W (0: room now; inf: no hold there has an end)
+    # Expected home wait W of the variant's first request (0: room now; inf: no known end
+    # makes room); each request's own is in Decision.waits.
+    wait_s: float
     base: RequestView  # the static view: every move within the cap
     view: RequestView  # the view this cycle plans with (moves that pay)
     # The cheapest move not allowed (zone, transfer s), if the home zone has no room now.
