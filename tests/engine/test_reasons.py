@@ -40,8 +40,8 @@ CASES = [
      ReasonCode.QUOTA_EXHAUSTED, "team cv (training) has no quota for 1 any-model GPU"),
     ("data zone", [make_node("b", "A100", 4, zone="far", bandwidth=100.0)],
      [make_request("x", 1, data_zone="z1", size_gib=1000)], (), Policy(), (),
-     ReasonCode.DATA_ZONE, "its data in zone z1 would take 10240 s to reach the nearest "
-                           "compatible node (limit 3600 s)"),
+     ReasonCode.DATA_ZONE, "waits for its data's zone z1: moving 1000 GiB to far would take "
+                           "2.8 h, over the 1 h limit on a transfer"),
     ("headroom", [A100_3], [make_request("x", 4)], (), Policy(critical_headroom_gpus=2), (),
      ReasonCode.HEADROOM_RESERVED, "2 whole GPUs are held for critical work and only 4 are free"),
     ("capacity", [A100_3], [make_request("x", 4, models=("A100",))], (), Policy(), (BUSY,),

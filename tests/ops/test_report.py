@@ -86,20 +86,21 @@ def test_markdown_has_a_section_per_team(report) -> None:
 def test_written_to_object_store(objstore, report) -> None:
     keys = write_report(objstore, report, NOW)
     assert [k.rsplit("/", 1)[1] for k in keys] == [
-        "report.md", "teams.csv", "top_tasks.csv", "rightsizing.csv", "gpu_hours.png"]
+        "report.md", "teams.csv", "top_tasks.csv", "rightsizing.csv", "cross_zone.csv",
+        "gpu_hours.png"]
     png = objstore.get_bytes("report/month=2026-11/gpu_hours.png")
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     teams = pd.read_csv(io.BytesIO(objstore.get_bytes("report/month=2026-11/teams.csv")))
     assert set(teams["team"]) == {"vision", "nlp"}
     write_report(objstore, report, NOW)  # rerun: same keys, no duplicates
-    assert len(objstore.list_keys("report/")) == 5
+    assert len(objstore.list_keys("report/")) == 6
 
 
 def test_empty_month_still_reports(objstore) -> None:
     empty = build_report("2026-10", ledger_frame([]), [], [], Policy())
     assert empty.teams.empty
     assert "_none_" in to_markdown(empty)
-    assert len(write_report(objstore, empty, NOW)) == 5
+    assert len(write_report(objstore, empty, NOW)) == 6
 
 
 def test_a_rerun_replaces_nothing_on_a_bucket_without_versioning(plain_objstore, report) -> None:
@@ -107,4 +108,4 @@ def test_a_rerun_replaces_nothing_on_a_bucket_without_versioning(plain_objstore,
     second = write_report(plain_objstore, report, NOW + timedelta(hours=1))
     assert first[0].endswith("report/month=2026-11/exported_at=20261201T090000000000Z/report.md")
     assert set(first).isdisjoint(second)
-    assert len(plain_objstore.list_keys("report/")) == 10  # both exports, whole
+    assert len(plain_objstore.list_keys("report/")) == 12  # both exports, whole

@@ -142,4 +142,4 @@ def test_monthly_report_from_store(fleet, store, objstore) -> None:
     assert list(built.rightsizing["suggested"]) == ["T4"]
     assert "report/month=2026-11/report.md" in objstore.list_keys("report/")
     assert months_due(store, now) == []
-    assert len(keys) == 5
+    assert len(keys) == 6  # report.md, four CSV tables (one of cross-zone moves), the chart

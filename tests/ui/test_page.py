@@ -155,7 +155,9 @@ def test_5_usage_is_drawn_as_charts(fleet_server, browser_page, shots):
     assert page.locator("svg[data-chart='allocation'] rect").count() > 0  # off-peak shading
     teams = page.locator("svg[data-chart='teams']").inner_html()
     assert "platform" in teams and "GPU-h" in teams
-    assert "platform-xzone-embed" in page.locator("#cross-zone").inner_text()
+    moves = page.locator("#cross-zone").inner_text()
+    assert "platform-xzone-embed" in moves and "expected saving" in moves
+    assert page.locator("#cross-zone tr[data-paid]").count() == 1
     assert "wait for data" in page.locator("svg[data-chart='readiness']").inner_html()
     page.select_option("#usage-window", "week")
     page.wait_for_function("() => document.querySelector(\"svg[data-chart='allocation'] "

@@ -201,6 +201,9 @@ class TeamUsageOut(BaseModel):
 
 
 class CrossZoneMoveOut(BaseModel):
+    """A move of the period: what the engine accepted and expected, and whether it paid
+    (:mod:`gpu_pool.ops.crosszone`)."""
+
     request: str
     team: str
     dataset: str | None
@@ -209,6 +212,12 @@ class CrossZoneMoveOut(BaseModel):
     size_gib: float
     transfer_s: float
     started_at: datetime
+    # The home-zone wait the engine expected the move to save; None when no hold there had
+    # a known end (unbounded) or the allocation predates the record.
+    expected_wait_saved_s: float | None = None
+    home_room_at: datetime | None = None  # when the home zone actually had room; None: not yet
+    actual_wait_saved_s: float = 0.0  # measured, or its lower bound while home_room_at is None
+    paid: Literal["yes", "no", "unknown"] = "unknown"
 
 
 class ReadinessOut(BaseModel):
@@ -228,6 +237,7 @@ class UsageOut(BaseModel):
     teams: list[TeamUsageOut]
     cross_zone: list[CrossZoneMoveOut]
     cross_zone_transfer_s: float
+    cross_zone_summary: str = ""  # "3 cross-zone moves, 1.2 h of transfer: 2 paid, 1 did not"
     readiness: ReadinessOut
 
 

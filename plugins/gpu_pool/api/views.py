@@ -47,6 +47,7 @@ from gpu_pool.api.schemas import (
     UsageOut,
 )
 from gpu_pool.model import Allocation, Gpu, Node, NodeState, Policy, PriorityClass, Quota
+from gpu_pool.ops import crosszone
 from gpu_pool.store import Store
 
 # A held GPU whose last reading is below this is shown as idle (the reclaim sweep's concern).
@@ -226,6 +227,46 @@ def quotas(store: Store, policy: Policy, now: datetime) -> QuotasOut:
     return QuotasOut(at=now, alert_days=list(policy.alert_days), quotas=out)
 
 
+def cross_zone_moves(store: Store, policy: Policy, since: datetime,
+                     now: datetime) -> list[CrossZoneMoveOut]:
+    """Allocations started since ``since`` outside their dataset's zone, with the transfer
+    and expected saving the engine recorded (an allocation without the record: the transfer
+    from the size over the zone link or the node's bandwidth, no expected saving) and
+    whether the move paid, measured up to ``now`` (:mod:`gpu_pool.ops.crosszone`)."""
+    rows = queries.cross_zone_moves(store.engine, since)
+    if not rows:
+        return []
+    first = min(m.started_at for m in rows)
+    held = crosszone.by_node(crosszone.holds_of(store.ledger(since=first),
+                                                store.active_allocations()))
+    nodes = store.list_nodes()
+    zone_of = {n.name: n.zone for n in nodes}
+    out = []
+    for m in rows:
+        parts = [a for a in store.allocations_of(m.request) if a.started_at >= since
+                 and zone_of.get(a.node) == m.to_zone]
+        recorded = max((a.transfer_s for a in parts), default=0.0)
+        if recorded > 0:
+            transfer = recorded
+            expected = crosszone.finite(max(a.expected_wait_saved_s for a in parts))
+        else:
+            bandwidth = policy.zone_links.get((m.from_zone, m.to_zone), m.bandwidth_mb_s)
+            transfer = m.size_gib * 1024 / bandwidth if bandwidth else 0.0
+            expected = None
+        start = min((a.started_at for a in parts), default=m.started_at)
+        try_parts = [a for a in parts if a.started_at == start]
+        need = max((a.gpu_milli_total / 1000 for a in try_parts), default=0.0)
+        model = try_parts[0].gpu_model if try_parts else None
+        room, saved, paid = crosszone.judge(m.from_zone, model, need, max(len(try_parts), 1),
+                                            start, transfer, nodes, held, now)
+        out.append(CrossZoneMoveOut(
+            request=m.request, team=m.team, dataset=m.dataset, from_zone=m.from_zone,
+            to_zone=m.to_zone, size_gib=m.size_gib, transfer_s=round(transfer, 1),
+            started_at=m.started_at, expected_wait_saved_s=expected, home_room_at=room,
+            actual_wait_saved_s=round(saved, 1), paid=paid))
+    return out
+
+
 def usage(store: Store, policy: Policy, now: datetime, window: str) -> UsageOut:
     span, bucket_s = WINDOWS[window]
     step = timedelta(seconds=bucket_s)
@@ -249,13 +290,7 @@ def usage(store: Store, policy: Policy, now: datetime, window: str) -> UsageOut:
     for e in store.ledger(since=start):
         per_team[e.team][0] += e.gpu_hours
         per_team[e.team][1] += e.cost
-    moves = []
-    for m in queries.cross_zone_moves(store.engine, start):
-        seconds = m.size_gib * 1024 / m.bandwidth_mb_s if m.bandwidth_mb_s else 0.0
-        moves.append(CrossZoneMoveOut(request=m.request, team=m.team, dataset=m.dataset,
-                                      from_zone=m.from_zone, to_zone=m.to_zone,
-                                      size_gib=m.size_gib, transfer_s=round(seconds, 1),
-                                      started_at=m.started_at))
+    moves = cross_zone_moves(store, policy, start, now)
     pending = store.pending_requests()
     ready = sum(1 for r in pending if r.data_ready)
     return UsageOut(
@@ -266,6 +301,7 @@ def usage(store: Store, policy: Policy, now: datetime, window: str) -> UsageOut:
         teams=[TeamUsageOut(team=t, gpu_hours=round(v[0], 3), cost=round(v[1], 2))
                for t, v in sorted(per_team.items())],
         cross_zone=moves, cross_zone_transfer_s=round(sum(m.transfer_s for m in moves), 1),
+        cross_zone_summary=crosszone.summary(moves),
         readiness=ReadinessOut(waiting=len(pending), ready=ready, not_ready=len(pending) - ready),
     )
 

@@ -13,7 +13,11 @@ penalty ``p(r, n)`` of putting one part of ``r`` on node ``n`` (0..300)
     ``2 * waste`` + ``zone`` where ``waste`` = round(100 * (m_n - m_min(r)) / m_n) is the
     card memory the part leaves unused against the smallest card of the fleet it accepts
     (right-sizing), and ``zone`` = 60 + round(40 * t / t_max) when the dataset must move
-    (t = transfer seconds), else 0. A move with ``t > t_max`` is not allowed at all.
+    (t = transfer seconds), else 0. A move with ``t > t_max`` is not allowed at all;
+    :mod:`gpu_pool.engine.zones` further allows one only when it pays, per cycle.
+transfer ``t`` to a node in zone ``z``
+    dataset size (GiB x 1024 MB) over ``policy.zone_links[(home, z)]`` MB/s when that link
+    is listed, else over the node's ``bandwidth_mb_s``; 0 in the home zone.
 value of a placement
     ``sum over its parts of e(r) * (1000 * w(r) - p(r, n))``. Since ``w >= 1`` and
     ``p <= 300``, placing more weighted GPU-milli always dominates the secondary terms of
@@ -111,11 +115,15 @@ class RequestView:
     # Rows allowed (compatible, move allowed) split by penalty, lowest first, each sorted:
     # the best row is always in the first level that has a fitting row.
     levels: tuple[np.ndarray, ...]
+    # Some compatible row is outside the data's zone (gpu_pool.engine.zones decides).
+    moves: bool = False
 
 
 def build_view(request: Request, layout: FleetLayout, policy: Policy) -> RequestView:
     """The :class:`RequestView` of ``request``, cached on the layout by :func:`view_key`."""
-    key = (view_key(request), policy.max_transfer_seconds)
+    links = policy.zone_links
+    key = (view_key(request), policy.max_transfer_seconds,
+           tuple(sorted(links.items())) if links else ())
     view = layout.views.get(key)
     if view is None:
         view = _build_view(request, layout, policy)
@@ -145,9 +153,17 @@ def _build_view(request: Request, layout: FleetLayout, policy: Policy) -> Reques
     if ds is not None and ds.zone is not None:
         cross = zone_idx != zone_of.get(ds.zone, -1)
         if ds.size_gib > 0:
-            with np.errstate(divide="ignore"):
-                t = np.where(layout.bandwidth > 0,
-                             ds.size_gib * 1024.0 / np.maximum(layout.bandwidth, 1e-12), np.inf)
+            bandwidth = layout.bandwidth
+            links = {z: mb_s for (src, z), mb_s in policy.zone_links.items()
+                     if src == ds.zone and z in zone_of}
+            if links:  # a listed link between the zones wins over the node's own bandwidth
+                per_zone = np.full(len(zone_of), np.nan)
+                for z, mb_s in links.items():
+                    per_zone[zone_of[z]] = mb_s
+                linked = per_zone[zone_idx]
+                bandwidth = np.where(np.isnan(linked), bandwidth, linked)
+            t = np.where(bandwidth > 0, ds.size_gib * 1024.0 / np.maximum(bandwidth, 1e-12),
+                         np.inf)
             transfer = np.where(cross, t, 0.0)
         else:
             transfer = np.zeros(len(layout.names))
@@ -165,9 +181,16 @@ def _build_view(request: Request, layout: FleetLayout, policy: Policy) -> Reques
     zone_pen = ZONE_BASE + np.rint(ZONE_SPAN * np.minimum(transfer / t_max, 1.0))
     penalty += np.where(cross, zone_pen, 0).astype(np.int64)
     signature = hash((compatible.tobytes(), zone_ok.tobytes(), penalty.tobytes()))
+    levels = view_levels(compatible, zone_ok, penalty)
+    return RequestView(compatible, zone_ok, penalty, transfer, cross, signature, levels,
+                       bool((compatible & cross).any()))
+
+
+def view_levels(compatible: np.ndarray, zone_ok: np.ndarray, penalty: np.ndarray
+                ) -> tuple[np.ndarray, ...]:
+    """``RequestView.levels``: allowed rows split by penalty, lowest first."""
     rows = np.flatnonzero(compatible & zone_ok)
-    levels = tuple(rows[penalty[rows] == p] for p in np.unique(penalty[rows]))
-    return RequestView(compatible, zone_ok, penalty, transfer, cross, signature, levels)
+    return tuple(rows[penalty[rows] == p] for p in np.unique(penalty[rows]))
 
 
 def part_value(weight: int, request: Request, penalty: int) -> int:

@@ -5,7 +5,10 @@ Steps of :func:`plan_on_state`:
 1. weigh every pending request (aged weight) and look up its static view and quota group
    per node;
 2. set aside what cannot be placed this cycle at all (never fits, data not ready);
-3. build the start cycle (a private copy of free capacity, quota left, headroom, FGD);
+3. build the start cycle (a private copy of free capacity, quota left, headroom, FGD); a
+   request whose data would leave its zone keeps only the moves that pay for their
+   transfer with the home-zone wait they save (:mod:`gpu_pool.engine.zones`, per request
+   type and its place in the cycle's order: room at home now means no move);
    requests pending past ``policy.reserve_after`` go into it first when they fit, else
    close the node(s) they need to everything else (:mod:`gpu_pool.engine.reserve`);
 4. greedy priority-order placement on a copy of it (small cycles try three orders
@@ -16,6 +19,10 @@ Steps of :func:`plan_on_state`:
    relaxation bounds every plan, and greedy within ``policy.solver_relative_gap`` of the
    bound stands; else the LP rounded down made concrete, then CP-SAT if still short; a
    plan is kept only when it is worth strictly more than greedy's;
+   then a second look at data moves: a request kept home for room at home that the plan
+   gave to other work is decided again against what the plan left (this cycle's
+   placements holding their GPUs until their time limits), and greedy places the moves
+   that now pay (what the next cycle would do, one cycle sooner);
 6. preemption and borrowing on the plan's final cycle: (a) critical requests still
    pending may preempt eligible preemptible allocations; (b) requests within their team's
    guarantee take back GPUs lent out (:mod:`gpu_pool.engine.preempt`); (c) preemptible
@@ -33,8 +40,9 @@ inputs give the same plan (the solver runs with a fixed seed under a determinist
 limit, see :func:`gpu_pool.engine.cpsat.configured_solver`; only its wall-clock guard,
 at twice the limit on an overloaded machine, can break this; GLOP is deterministic).
 ``stats.objective`` is the value of the placements on free capacity (step 4 or 5, with
-the starving requests step 3 placed first); placements won by preemption or borrowing
-(step 6) come on top and are not counted in it.
+the starving requests step 3 placed first and the moves of step 5's second look, both
+added to the greedy value and the bound too); placements won by preemption or
+borrowing (step 6) come on top and are not counted in it.
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from gpu_pool.engine import borrow, cpsat, exact, offpeak, preempt, reserve
+from gpu_pool.engine import borrow, cpsat, exact, offpeak, preempt, reserve, zones
 from gpu_pool.engine.capacity import FleetState
 from gpu_pool.engine.compat import never_fits
 from gpu_pool.engine.fragmentation import TaskShape, WorkloadMix
@@ -190,6 +198,10 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
                   mix if len(mix) else None, decisions=max(len(eligible), 1),
                   scopes=headroom_scopes(start_state, policy.headroom))
     ordered = greedy_order(eligible, weights, usage)  # fair share breaks ties of weight
+    static_views = views
+    decision = zones.decide(ordered, views, state, allocations_usage, policy, now)
+    views, zone_calls, zone_waits = decision.views, decision.calls, decision.waits
+    by_request = {r.name: r for r in ordered}
     held = reserve.reserve(start, ordered, weights, views, groups, policy, now)
     if held.placements:
         first = held.placed
@@ -223,6 +235,23 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
                            result.detail)
     if held.placements:
         placements = [*held.placements, *placements]
+    # 5b. a second look at data moves: requests kept home for room the plan gave to others
+    placed = {p.request_name for p in placements}
+    again = [r for r in ordered if r.name not in placed and zone_waits.get(r.name) == 0.0]
+    second = 0
+    if again:
+        assert decision.holds is not None  # some request moves data
+        second_look = zones.decide(
+            again, static_views, final.state, allocations_usage, policy, now,
+            holds=decision.holds, placed=[(p, by_request[p.request_name]) for p in placements])
+        views.update((r.name, second_look.views[r.name]) for r in again)
+        zone_calls.update(second_look.calls)
+        zone_waits.update(second_look.waits)
+        movers = [r for r in again if second_look.waits[r.name] > 0]
+        if movers:
+            final, more, second = best_greedy(final, movers, weights, views, groups,
+                                                  usage)
+            placements = [*placements, *more]
     # 6. (a) critical preemption, (b) reclaiming guarantees, (c) borrowing beyond them
     placed = {p.request_name for p in placements}
     preempter = preempt.Preempter(final, allocations_usage, policy, now)
@@ -244,7 +273,7 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
                                    if x.allocation_id not in taken)]
     # 7. reasons
     opened = reserve.reopened(final, held.rows) if held.rows else None
-    inputs = ReasonInputs(final, book, policy, held, opened)
+    inputs = ReasonInputs(final, book, policy, held, opened, zone_calls)
     # Requests of one type get the same reason (the sentence names no request): decide once.
     decided: dict[tuple, PendingReason] = {}
     ahead = _queued_ahead(ordered, placed, {x.request_name for x in held.reservations},
@@ -253,7 +282,8 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     for r in requests:
         if r.name in placed:
             continue
-        key = (view_key(r), r.priority is PriorityClass.CRITICAL, id(groups[r.name]),
+        key = (view_key(r), id(views[r.name]), r.priority is PriorityClass.CRITICAL,
+               id(groups[r.name]),
                never[r.name], None if r.data_ready else (r.dataset and r.dataset.uri),
                held.holder(r.name) if held.reservations else None)
         reason = decided.get(key)
@@ -275,9 +305,15 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
                                                dict(zip(layout.names, layout.models,
                                                         strict=True)), gate)
     by_name = {p.request_name: p for p in placements}
+    if zone_calls:
+        for name, p in by_name.items():
+            if p.cross_zone:
+                by_name[name] = zones.annotate(p, zone_calls[id(views[name])],
+                                               zone_waits[name], layout)
     ordered_placements: tuple[Placement, ...] = tuple(
         by_name[r.name] for r in requests if r.name in by_name)
-    pre = held.value  # starving requests placed first count on both sides
+    # Starving requests placed first and the second look's moves count on both sides.
+    pre = held.value + second
     stats = SolveStats(stats.status, time.perf_counter() - t0, stats.objective + pre,
                        stats.greedy_objective + pre,
                        None if stats.upper_bound is None else stats.upper_bound + pre,

@@ -10,7 +10,12 @@ The first test that holds gives the reason:
    preemptible, borrow limit reached, no consenting lender, no lender with enough idle);
    a request that could borrow, but for the free capacity, goes on to the tests below.
 4. ``waiting_for_data_zone``: compatible nodes exist, but moving its data to any of them
-   would take longer than ``policy.max_transfer_seconds``.
+   would take longer than ``policy.max_transfer_seconds``; or it would fit in another zone
+   now, but the move does not pay: the home-zone wait it would save is shorter than the
+   transfer times ``1 + policy.cross_zone_margin``, or the move is over the cap
+   (:mod:`gpu_pool.engine.zones`). The
+   sentence gives the size, the transfer and the wait ("waits for its data's zone eu:
+   moving 800 GiB to us would take 2.2 h, saving only ~40 min ...").
 5. ``outranked``: it fits the capacity still free after this cycle's plan, which left it out
    for requests ranked ahead of it (rare: a plan places what still fits).
 6. ``headroom_reserved``: it fits in the free capacity but only by dipping into the
@@ -36,18 +41,20 @@ Invariant: the functions here only read the cycles they are given.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpu_pool.engine import borrow
+from gpu_pool.engine import borrow, zones
 from gpu_pool.engine.compat import describe_part
 from gpu_pool.engine.greedy import Cycle, candidate_rows, fit
 from gpu_pool.engine.objective import RequestView
 from gpu_pool.engine.quota import EXPIRED, NO_QUOTA, UNLIMITED, QuotaBook
 from gpu_pool.engine.types import PendingReason, ReasonCode
+from gpu_pool.engine.zones import ZoneCall
 from gpu_pool.model import MILLI_PER_GPU, Policy, Request
 
 if TYPE_CHECKING:
@@ -61,6 +68,8 @@ class ReasonInputs:
     policy: Policy
     held: Held | None = None  # the starvation guard's reservations this cycle, if any
     opened: Cycle | None = None  # ``end`` with the reserved nodes open (None: none reserved)
+    # The cycle's data-move calls per id of a request's view (gpu_pool.engine.zones).
+    zones: Mapping[int, ZoneCall] | None = None
     # What each lender may still lend after the plan (borrow.lendable), computed once.
     _lendable: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -172,14 +181,15 @@ def pending_reason(request: Request, weight: int, view: RequestView, groups: np.
     if q is not None:
         return q
     if not (view.compatible & view.zone_ok).any():
-        zone = request.dataset.zone if request.dataset else "?"
-        best = float(view.transfer[view.compatible].min())
-        return PendingReason(name, ReasonCode.DATA_ZONE,
-                             f"its data in zone {zone} would take {best:.0f} s to reach the "
-                             f"nearest compatible node (limit "
-                             f"{inputs.policy.max_transfer_seconds:.0f} s); waits for a node "
-                             f"in {zone}")
+        return PendingReason(name, ReasonCode.DATA_ZONE, zones.over_cap(
+            request, view, inputs.end.state.layout.zones, inputs.policy.max_transfer_seconds))
     end = inputs.end
+    call = inputs.zones.get(id(view)) if inputs.zones else None
+    if (call is not None and call.refused is not None
+            and fit(end, request, weight, view, groups) is None
+            and fit(end, request, weight, call.anywhere(), groups) is not None):
+        return PendingReason(name, ReasonCode.DATA_ZONE,
+                             zones.refusal(call, inputs.policy))
     if fit(end, request, weight, view, groups) is not None:
         return PendingReason(name, ReasonCode.OUTRANKED,
                              "outranked: it fits the GPUs still free, but this cycle's plan "

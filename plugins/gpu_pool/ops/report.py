@@ -7,6 +7,8 @@ ledger      :func:`gpu_pool.ops.snapshot.ledger_frame` rows of the month (by ``e
             what the task's GPUs did while held.
 quotas      the store's quotas (guaranteed GPUs, validity window).
 reclaims    :class:`gpu_pool.ops.records.ReclaimRecord` rows of the month.
+moves       :class:`gpu_pool.ops.crosszone.Move` rows: the cross-zone moves that ended in
+            the month, with what the engine expected and whether they paid.
 
 Terms
 -----
@@ -20,8 +22,14 @@ right-sizing finding
     (saving: the cost difference), or whose mean utilisation says fewer GPUs would have
     served (saving: the GPU-hours of the GPUs it did not need).
 
+cross-zone move paid
+    The home zone had no room for the task for at least as long as its data took to move
+    (:mod:`gpu_pool.ops.crosszone`: measured from the holds on record, ``unknown`` while
+    the home zone has not had room and the transfer time has not yet passed).
+
 Outputs (:func:`write_report`): ``report/month=YYYY-MM/report.md``, ``teams.csv``,
-``top_tasks.csv``, ``rightsizing.csv`` and ``gpu_hours.png``, overwritten by a rerun.
+``top_tasks.csv``, ``rightsizing.csv``, ``cross_zone.csv`` and ``gpu_hours.png``,
+overwritten by a rerun.
 """
 
 from __future__ import annotations
@@ -30,13 +38,14 @@ import io
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
 import pandas as pd
 
 from gpu_pool.model import Policy, Quota
 from gpu_pool.objectstore import ObjectStore, export_key
+from gpu_pool.ops import crosszone
 from gpu_pool.ops.records import ReclaimRecord
 
 MEM_HEADROOM = 1.10
@@ -63,6 +72,26 @@ class MonthlyReport:
     top_tasks: pd.DataFrame
     rightsizing: pd.DataFrame
     quotas: pd.DataFrame
+    cross_zone: pd.DataFrame = field(default_factory=lambda: cross_zone_frame(()))
+
+
+CROSS_ZONE_COLUMNS = ["request", "team", "from_zone", "to_zone", "size_gib", "started_at",
+                      "transfer_s", "expected_wait_saved_s", "actual_wait_saved_s",
+                      "home_room_at", "paid"]
+
+
+def cross_zone_frame(moves: Sequence[crosszone.Move]) -> pd.DataFrame:
+    """One row per cross-zone move (an infinite expected saving stays ``inf``)."""
+    rows = [{"request": m.request, "team": m.team, "from_zone": m.from_zone,
+             "to_zone": m.to_zone, "size_gib": m.size_gib,
+             "started_at": m.started_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M"),
+             "transfer_s": float(m.transfer_s),
+             "expected_wait_saved_s": float(m.expected_wait_saved_s),
+             "actual_wait_saved_s": float(m.actual_wait_saved_s),
+             "home_room_at": (m.home_room_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+                              if m.home_room_at else "not seen"),
+             "paid": m.paid} for m in moves]
+    return pd.DataFrame(rows, columns=CROSS_ZONE_COLUMNS)
 
 
 def right_size(ledger: pd.DataFrame, policy: Policy) -> pd.DataFrame:
@@ -121,7 +150,7 @@ def quota_usage(ledger: pd.DataFrame, quotas: Sequence[Quota], month: str) -> pd
 
 def build_report(month: str, ledger: pd.DataFrame, quotas: Sequence[Quota],
                  reclaims: Sequence[ReclaimRecord], policy: Policy,
-                 top_n: int = 5) -> MonthlyReport:
+                 top_n: int = 5, moves: Sequence[crosszone.Move] = ()) -> MonthlyReport:
     led = ledger.copy()
     led["util"] = [_metric(m, "gpu_util_mean_pct") for m in led["metrics"]]
     led["util"] = pd.to_numeric(led["util"], errors="coerce")
@@ -148,7 +177,8 @@ def build_report(month: str, ledger: pd.DataFrame, quotas: Sequence[Quota],
     top = (led.groupby(["team", "request_name"], as_index=False)[["gpu_hours", "cost"]].sum()
            .sort_values(["team", "gpu_hours", "request_name"], ascending=[True, False, True])
            .groupby("team").head(top_n).reset_index(drop=True))
-    return MonthlyReport(month, teams.reset_index(), top, sizing, usage)
+    return MonthlyReport(month, teams.reset_index(), top, sizing, usage,
+                         cross_zone_frame(moves))
 
 
 def _md_table(frame: pd.DataFrame) -> str:
@@ -164,6 +194,15 @@ def _md_table(frame: pd.DataFrame) -> str:
 
 def to_markdown(report: MonthlyReport) -> str:
     parts = [f"# GPU usage report, {report.month}\n", "## Teams\n", _md_table(report.teams)]
+    moves = report.cross_zone
+    paid = int((moves["paid"] == "yes").sum())
+    lost = int((moves["paid"] == "no").sum())
+    parts += ["\n## Cross-zone moves\n\n",
+              f"{len(moves)} moves, {moves['transfer_s'].sum() / 3600:.1f} h of transfer: "
+              f"{paid} paid, {lost} did not, {len(moves) - paid - lost} not known yet. "
+              "A move paid when its home zone had no room for it for at least as long as "
+              "its data took to move (measured from the holds on record).\n\n",
+              _md_table(moves)]
     for team in report.teams["team"]:
         parts.append(f"\n## {team}\n")
         parts.append("\n### Top tasks\n")
@@ -211,5 +250,7 @@ def write_report(objstore: ObjectStore, report: MonthlyReport, now: datetime) ->
                            report.top_tasks.to_csv(index=False).encode(), "text/csv"),
         objstore.put_bytes(key("rightsizing.csv"),
                            report.rightsizing.to_csv(index=False).encode(), "text/csv"),
+        objstore.put_bytes(key("cross_zone.csv"),
+                           report.cross_zone.to_csv(index=False).encode(), "text/csv"),
         objstore.put_bytes(key("gpu_hours.png"), plot_png(report), "image/png"),
     ]

@@ -14,7 +14,7 @@ from typing import Any
 from gpu_pool.model import Policy
 from gpu_pool.notify.channels import TeamChannels
 from gpu_pool.objectstore import ObjectStore
-from gpu_pool.ops import alerts, reclaim, report, snapshot
+from gpu_pool.ops import alerts, crosszone, reclaim, report, snapshot
 from gpu_pool.ops.config import OpsConfig
 from gpu_pool.ops.records import OpsRecords, engine_of
 from gpu_pool.ops.storeviews import TaskLink, gpu_samples, metrics_with_usage, task_links
@@ -103,11 +103,28 @@ def previous_month(now: datetime) -> str:
     return (first - timedelta(days=1)).strftime("%Y-%m")
 
 
+def cross_zone_moves(store: Any, since: datetime, until: datetime
+                     ) -> list[crosszone.Move]:
+    """The moves whose allocations ended in [since, until), whether each paid measured
+    from the holds on record up to ``until`` (:mod:`gpu_pool.ops.crosszone`)."""
+    ended = [e for e in store.ledger(since=since, until=until)
+             if since <= e.ended_at < until and e.cross_zone]
+    if not ended:
+        return []
+    first = min(e.started_at for e in ended)
+    holds = crosszone.holds_of(store.ledger(since=first), store.active_allocations())
+    datasets = {}
+    for name in sorted({e.request_name for e in ended}):
+        request = store.get_request(name)
+        datasets[name] = request.dataset if request is not None else None
+    return crosszone.moves_of(ended, holds, store.list_nodes(), datasets, until)
+
+
 def build_monthly_report(store: Any, month: str, policy: Policy) -> report.MonthlyReport:
     lo, hi = report.month_bounds(month)
     reclaims = records_for(store).reclaims(since=lo, until=hi)
     return report.build_report(month, _ledger_with_usage(store, lo, hi), store.list_quotas(),
-                               reclaims, policy)
+                               reclaims, policy, moves=cross_zone_moves(store, lo, hi))
 
 
 def run_report(store: Any, objstore: ObjectStore, month: str, policy: Policy,

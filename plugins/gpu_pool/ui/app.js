@@ -227,11 +227,16 @@ function renderUsage(data) {
     `average GPUs held: peak ${data.peak_avg_gpus}, off-peak ${data.off_peak_avg_gpus} of ${data.capacity_gpus}`;
   document.getElementById("chart-teams").replaceChildren(teamChart(data));
   document.getElementById("chart-ready").replaceChildren(readinessChart(data.readiness));
-  const moves = data.cross_zone.map((m) => el("tr", {}, el("td", {}, m.request), el("td", {}, m.team),
-    el("td", {}, `${m.from_zone} → ${m.to_zone}`), el("td", {}, `${m.size_gib} GiB`), el("td", {}, duration(m.transfer_s))));
+  // expected: what the engine expected the move to save (null: no known end at home);
+  // saved: measured from when the home zone had room (at least, while it has had none).
+  const moves = data.cross_zone.map((m) => el("tr", { "data-paid": m.paid }, el("td", {}, m.request), el("td", {}, m.team),
+    el("td", {}, `${m.from_zone} → ${m.to_zone}`), el("td", {}, `${m.size_gib} GiB`), el("td", {}, duration(m.transfer_s)),
+    el("td", {}, m.expected_wait_saved_s === null ? "no known end" : duration(m.expected_wait_saved_s)),
+    el("td", {}, m.home_room_at ? duration(m.actual_wait_saved_s) : `≥ ${duration(m.actual_wait_saved_s)}`),
+    el("td", { class: `paid-${m.paid}` }, m.paid)));
   document.getElementById("cross-zone").replaceChildren(
-    el("div", { class: "muted" }, `${data.cross_zone.length} moves, ${duration(data.cross_zone_transfer_s)} of transfer`),
-    el("table", {}, el("thead", {}, el("tr", {}, ["request", "team", "zones", "size", "transfer"].map((h) => el("th", {}, h)))),
+    el("div", { class: "muted" }, `${data.cross_zone_summary || "no cross-zone moves"}; a move paid when its home zone had no room for it for at least its transfer time`),
+    el("table", {}, el("thead", {}, el("tr", {}, ["request", "team", "zones", "size", "transfer", "expected saving", "saved", "paid"].map((h) => el("th", {}, h)))),
       el("tbody", {}, moves)));
 }
 
