@@ -40,9 +40,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -50,12 +50,15 @@ from gpu_pool.engine import FleetState, plan_on_state
 from gpu_pool.engine.fragmentation import MILLI, FleetFragmentation
 from gpu_pool.engine.types import NodeAssignment, Placement
 from gpu_pool.errors import SpecError
-from gpu_pool.model import Policy, PriorityClass
+from gpu_pool.model import Policy, PriorityClass, Purpose
 from gpu_pool.sim.baselines import BestFitPlacer, FirstFitPlacer
-from gpu_pool.sim.engine_policy import SIM_EPOCH, domain_node, domain_request
+from gpu_pool.sim.engine_policy import SIM_EPOCH, SIM_TEAM, domain_node, domain_request
 from gpu_pool.sim.fleet import SimFleet
 from gpu_pool.sim.packing import engine_mix, typical_mix
 from gpu_pool.sim.trace import Trace, TraceTask
+
+if TYPE_CHECKING:
+    from gpu_pool.sim.sharing import SharingRecord
 
 QOS_PRIORITY = {
     "Guaranteed": PriorityClass.CRITICAL,
@@ -76,6 +79,15 @@ class ReplayConfig:
     # The engine's starvation guard (Policy.reserve_after, max_reservations); None: default.
     reserve_after_s: float | None = None
     max_reservations: int | None = None
+    # The engine's whole policy (a --policy-file); the two knobs above apply on top of it.
+    policy: Policy | None = None
+    # Teams mode (gpu_pool.sim.teams): 0 off, 4 the built-in four teams with quotas.
+    teams: int = 0
+    # Teams mode: a preempted task spends this long reloading its checkpoint on restart.
+    restart_overhead_s: float = 60.0
+    # Teams mode: while work waits, a cycle runs at least this often (None: every
+    # heartbeat), so that time alone (off-peak starting, a victim's minimum runtime) acts.
+    wake_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,14 @@ class Job:
     arrival: int
     duration: int
     priority: PriorityClass
+    team: str = SIM_TEAM
+    purpose: Purpose = Purpose.TRAINING
+    preemptible: bool = False
+
+    @property
+    def gpus(self) -> float:
+        """GPUs held while it runs (a share counts its fraction)."""
+        return self.task.total_gpu_milli / MILLI
 
 
 @dataclass(frozen=True)
@@ -98,6 +118,7 @@ class ReplayResult:
     frag_pct: tuple[float, ...]  # FGD fragmentation, % of free GPU milli, after each cycle
     cycle_seconds: tuple[float, ...]
     end_time: float
+    sharing: SharingRecord | None = None  # teams mode only
 
 
 def jobs_of(trace: Trace, config: ReplayConfig) -> list[Job]:
@@ -158,7 +179,7 @@ class _Runner:
             guard["reserve_after"] = timedelta(seconds=config.reserve_after_s)
         if config.max_reservations is not None:
             guard["max_reservations"] = config.max_reservations
-        self.engine_policy = Policy(**guard)
+        self.engine_policy = replace(config.policy or Policy(), **guard)
         self.nodes = tuple(domain_node(n, self.engine_policy) for n in trace.nodes)
         self.state = FleetState.from_nodes(self.nodes) if policy == "engine" else None
         self.row_of = {n.name: i for i, n in enumerate(self.nodes)}
@@ -228,8 +249,16 @@ class _Runner:
 
 def run_replay(trace: Trace, policy: str, config: ReplayConfig = ReplayConfig()) -> ReplayResult:
     jobs = jobs_of(trace, config)
+    full = trace
     trace = fleet_share(trace, config.fleet_fraction, config.seed)
     runner = _Runner(trace, policy, config)
+    if config.teams:
+        if policy != "engine":
+            raise SpecError("teams", config.teams, "teams only with --policy engine (the "
+                            "baselines know no quotas)")
+        from gpu_pool.sim.sharing import run_shared
+
+        return run_shared(full, jobs, config, runner)
     hb = config.heartbeat_s
     start: list[float | None] = [None] * len(jobs)
     running: list[tuple[float, int, int, tuple[int, ...]]] = []  # (end, job, node, cols)
@@ -350,4 +379,11 @@ def replay_summary(result: ReplayResult) -> dict[str, Any]:
         "cycle_ms": {"median": float(np.median(cyc)), "p95": float(np.percentile(cyc, 95)),
                      "max": float(cyc.max())},
         "qos_to_priority": {k: v.value for k, v in QOS_PRIORITY.items()},
+        **({"sharing": _sharing(result)} if result.sharing is not None else {}),
     }
+
+
+def _sharing(result: ReplayResult) -> dict[str, Any]:
+    from gpu_pool.sim.sharing import sharing_summary
+
+    return sharing_summary(result)
