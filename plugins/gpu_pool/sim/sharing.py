@@ -65,7 +65,7 @@ import numpy as np
 
 from gpu_pool.engine import plan_on_state
 from gpu_pool.engine.types import NodeAssignment, Placement
-from gpu_pool.model import Allocation, OffPeak, Quota, Request
+from gpu_pool.model import Allocation, OffPeak, Policy, Quota, Request
 from gpu_pool.sim.engine_policy import SIM_EPOCH, domain_request
 from gpu_pool.sim.fleet import InfeasiblePlacement
 from gpu_pool.sim.teams import (
@@ -146,6 +146,13 @@ class _Handover:
     placement: Placement
     victims: set[int]
     alloc: Allocation
+
+
+def sharing_off(policy: Policy | None = None) -> Policy:
+    """``policy`` (default: the defaults) with borrowing, reclaim and off-peak lending off:
+    each team holds at most its guarantee, nothing is lent or reclaimed."""
+    return replace(policy or Policy(), borrowing=False, reclaim_guarantees=False,
+                   lend_idle_off_peak=False)
 
 
 def assign_owners(trace: Trace, jobs: Sequence[Job]) -> list[Job]:
@@ -505,4 +512,4 @@ def sharing_summary(result) -> dict[str, Any]:
     }
 
 
-__all__ = ["PreemptionEvent", "SharingRecord", "run_shared", "sharing_summary"]
+__all__ = ["PreemptionEvent", "SharingRecord", "run_shared", "sharing_off", "sharing_summary"]
