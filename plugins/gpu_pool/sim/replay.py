@@ -88,6 +88,9 @@ class ReplayConfig:
     # Teams mode: while work waits, a cycle runs at least this often (None: every
     # heartbeat), so that time alone (off-peak starting, a victim's minimum runtime) acts.
     wake_s: float | None = None
+    # Teams mode: fixed (team, guaranteed GPUs) pairs instead of the demand-derived ones
+    # (a team not listed has no quota, so gets nothing); for hand-built scenarios.
+    guarantees: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -328,8 +328,9 @@ class _Shared:
             if job.gpus > 0:
                 smallest[job.team] = min(smallest.get(job.team, math.inf), job.gpus)
         below = tuple(
-            t.name in smallest and held[t.name] + smallest[t.name] <= self.guarantee[t.name]
-            + 1e-9 for t in TEAMS)
+            t.name in smallest
+            and held[t.name] + smallest[t.name] <= self.guarantee.get(t.name, 0) + 1e-9
+            for t in TEAMS)
         return tuple(held[t.name] for t in TEAMS), below
 
 
@@ -341,7 +342,7 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
     fleet_gpus = int(runner.fleet.gpus.sum())
     begin, end = window_of([j.arrival for j in jobs]) if jobs else (0.0, 0.0)
     demand = team_demand_p95(jobs, begin, end)
-    guarantee = guarantees(demand, fleet_gpus)
+    guarantee = dict(config.guarantees) or guarantees(demand, fleet_gpus)
     first = jobs[0].arrival if jobs else 0
     last = jobs[-1].arrival if jobs else 0
     quotas = team_quotas(guarantee, fleet_gpus, *quota_window(first, last, SIM_EPOCH))
@@ -384,6 +385,10 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
                                  policy=policy, now=when, workload_mix=runner.engine_mix)
             done = sh.act(plan, head, pending, now)
             pending = [j for j in pending if j.index not in done]
+            # A preemption without grace frees its GPUs at once: hand them over now.
+            for j in [j for j, a in sh.attempts.items() if a.end <= now]:
+                sh.release(j, pending)
+            sh.hand_over(now, pending)
             cycle_s.append(time.perf_counter() - t0)
             last_cycle = now
             changed = True
@@ -485,7 +490,7 @@ def sharing_summary(result) -> dict[str, Any]:
                 w += t1 - t
         mean_held[name] = acc / w if w else 0.0
     return {
-        "teams": {name: {"guarantee_gpus": rec.guarantee[name],
+        "teams": {name: {"guarantee_gpus": rec.guarantee.get(name, 0),
                          "demand_p95_gpus": round(rec.demand_p95[name], 2),
                          "tasks": sum(1 for j in jobs if j.team == name),
                          "mean_held_gpus": mean_held[name],

@@ -158,7 +158,7 @@ def team_quotas(guarantee: dict[str, int], fleet_gpus: int, valid_from, expires_
                 ) -> tuple[Quota, ...]:
     purpose = {t.name: t.purpose for t in TEAMS}
     return tuple(Quota(name, purpose[name], float(g), valid_from, expires_at,
-                       borrow_limit_gpus=float(fleet_gpus - g), id=f"quota-{name}")
+                       borrow_limit_gpus=float(max(0, fleet_gpus - g)), id=f"quota-{name}")
                  for name, g in guarantee.items())
 
 
