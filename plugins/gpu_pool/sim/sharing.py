@@ -476,6 +476,8 @@ def sharing_summary(result) -> dict[str, Any]:
     kinds: dict[str, int] = {}
     for e in stops:
         kinds[e.kind] = kinds.get(e.kind, 0) + 1
+    team_of = {f"j{j.index}": j.team for j in jobs}
+    own = sum(1 for e in stops if team_of.get(e.for_request) == jobs[e.victim].team)
     below = {name: _stretches(times, [b[i] for b in rec.team_below], result.end_time)
              for i, name in enumerate(rec.teams)}
     series_end = result.end_time
@@ -502,6 +504,8 @@ def sharing_summary(result) -> dict[str, Any]:
         "preemptions": len(stops),
         "preemptions_moot": len(rec.preemptions) - len(stops),
         "preemptions_by_kind": kinds,
+        # Stops for a task of the victim's own team: GPUs change hands inside one team.
+        "preemptions_within_a_team": own,
         "preemptions_per_hour": len(in_window) / span_h,
         "max_preemptions_of_a_task": max(rec.preempted, default=0),
         "gpu_hours_held": held / 3600,
