@@ -50,7 +50,8 @@ def machine() -> str:
 def run_arm(trace, arm: str, seed: int, args: argparse.Namespace):
     policy = Policy() if arm == "sharing" else sharing_off()
     config = ReplayConfig(fleet_fraction=args.fleet_fraction, sample=args.sample, seed=seed,
-                          teams=4, policy=policy, heartbeat_s=args.heartbeat)
+                          teams=4, policy=policy, heartbeat_s=args.heartbeat,
+                          compress=args.compress)
     t0 = time.time()
     result = run_replay(trace, "engine", config)
     summary = replay_summary(result)
@@ -93,8 +94,10 @@ def render(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace, trac
         f"`{trace_name}` (Alibaba `cluster-trace-gpu-v2023`, Weng et al., USENIX ATC'23), "
         f"on {args.fleet_fraction:.1%} of the nodes of every (model, size) group "
         f"({first['fleet_gpus']} GPUs), sample {args.sample:g}, seeds {args.seeds}, "
-        f"heartbeat {args.heartbeat:g} s. Command: `.venv/bin/python bench/sharing_report.py "
-        f"--trace {trace_name} --fleet-fraction {args.fleet_fraction} --seeds {args.seeds}`.",
+        f"heartbeat {args.heartbeat:g} s, arrival times divided by {args.compress:g} "
+        f"(durations kept). Command: `.venv/bin/python bench/sharing_report.py --trace "
+        f"{trace_name} --fleet-fraction {args.fleet_fraction} --seeds {args.seeds} "
+        f"--compress {args.compress:g}`.",
         "",
         f"Machine: {host}.",
         "",
@@ -220,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=float, default=1.0)
     parser.add_argument("--fleet-fraction", type=float, default=0.004)
     parser.add_argument("--heartbeat", type=float, default=60.0)
+    parser.add_argument("--compress", type=float, default=1.0,
+                        help="arrival times divided by this (durations kept): more load")
     args = parser.parse_args(argv)
     root = Path(args.traces)
     nodes = next(iter(sorted(root.rglob("openb_node_list_gpu_node.csv"))), None)
@@ -230,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     trace = load_trace(nodes, pods)
     out = Path(args.out)
     (out / "data").mkdir(parents=True, exist_ok=True)
+    tag = args.trace if args.compress == 1 else f"{args.trace}_x{args.compress:g}"
     rows: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
     first: dict[str, Any] = {}
     for seed in parse_seeds(args.seeds):
@@ -239,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             rows[arm].append(summary)
             if not first.get(arm):
                 first[arm] = result
-            (out / "data" / f"sharing_{args.trace}_{arm}_{seed}.json").write_text(
+            (out / "data" / f"sharing_{tag}_{arm}_{seed}.json").write_text(
                 json.dumps(summary, indent=1))
             print(f"  {arm} seed {seed}: {summary['wall_seconds']:.0f} s", file=sys.stderr,
                   flush=True)

@@ -219,3 +219,12 @@ def test_without_sharing_a_team_stays_within_its_guarantee() -> None:
     assert starts[2] >= 19 * HOUR  # the other two wait for the first two to end
     assert got["i0"][1] - arrive <= 60  # inference's guarantee was never lent
     assert result.sharing.preemptions == ()
+
+
+def test_compress_divides_arrivals_and_keeps_durations() -> None:
+    trace = excerpt()
+    plain = jobs_of(trace, ReplayConfig())
+    fast = jobs_of(trace, ReplayConfig(compress=2))
+    assert [j.task.name for j in plain] == [j.task.name for j in fast]
+    assert [j.duration for j in plain] == [j.duration for j in fast]
+    assert [j.arrival for j in fast] == [int(j.task.creation_time / 2) for j in plain]

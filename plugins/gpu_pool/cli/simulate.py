@@ -70,6 +70,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     replay.add_argument("--restart-overhead", default="60", metavar="SECONDS",
                         help="with --teams: a preempted task spends this long reloading its "
                              "checkpoint when it restarts (default 60)")
+    replay.add_argument("--compress", default="1", metavar="K",
+                        help="divide arrival times by K, durations kept: K times the offered "
+                             "load (default 1: the trace's own timestamps)")
     replay.set_defaults(func=replay_handler)
 
 
@@ -131,7 +134,8 @@ def replay_handler(args: argparse.Namespace) -> int:
             args.reserve_after, "reserve-after", maximum=limits.MAX_DURATION.total_seconds()),
         max_reservations=None if args.max_reservations is None else parse_int(
             args.max_reservations, "max-reservations", minimum=0, maximum=10_000),
-        policy=base, teams=teams, restart_overhead_s=overhead)
+        policy=base, teams=teams, restart_overhead_s=overhead,
+        compress=parse_number(args.compress, "compress", maximum=1000, strict=True))
     trace = load_trace(args.nodes, args.pods)
     result = run_replay(trace, args.policy, config)
     summary = replay_summary(result)

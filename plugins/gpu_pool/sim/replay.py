@@ -85,12 +85,14 @@ class ReplayConfig:
     teams: int = 0
     # Teams mode: a preempted task spends this long reloading its checkpoint on restart.
     restart_overhead_s: float = 60.0
-    # Teams mode: while work waits, a cycle runs at least this often (None: every
-    # heartbeat), so that time alone (off-peak starting, a victim's minimum runtime) acts.
+    # Teams mode: while work waits, a cycle runs at least this often (None: only on events
+    # and on the times at which time alone may change the plan, see gpu_pool.sim.sharing).
     wake_s: float | None = None
     # Teams mode: fixed (team, guaranteed GPUs) pairs instead of the demand-derived ones
     # (a team not listed has no quota, so gets nothing); for hand-built scenarios.
     guarantees: tuple[tuple[str, int], ...] = ()
+    # Arrival times divided by this (durations kept): the offered load grows this much.
+    compress: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,9 @@ def jobs_of(trace: Trace, config: ReplayConfig) -> list[Job]:
         began = t.scheduled_time if t.scheduled_time is not None else t.creation_time
         duration = max(1, int(t.deletion_time) - int(began))  # type: ignore[arg-type]
         prio = QOS_PRIORITY.get(t.qos or "", PriorityClass.NORMAL)
-        jobs.append((int(t.creation_time), t, duration, prio))  # type: ignore[arg-type]
+        arrival = int(t.creation_time) if config.compress == 1 else int(
+            t.creation_time / config.compress)  # type: ignore[operator]
+        jobs.append((arrival, t, duration, prio))  # type: ignore[arg-type]
     jobs.sort(key=lambda j: (j[0], j[1].name))
     return [Job(i, t, a, d, p) for i, (a, t, d, p) in enumerate(jobs)]
 

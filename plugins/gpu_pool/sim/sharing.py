@@ -47,9 +47,12 @@ Invariants (checked by tests/sim/test_sharing.py)
 * A finished task's progress adds up to its trace duration.
 * The referee refuses any placement that does not fit, as in every replay.
 
-Cycles: as in the replay, on every arrival or end; in teams mode also at least every
-``ReplayConfig.wake_s`` (default: every heartbeat) while work waits, and at the peak while
-off-peak work runs, since time alone changes what the engine may do.
+Cycles: as in the replay, on every arrival or end (a preempted task's stop and requeue
+included); in teams mode also, while work waits, at every time at which time alone may
+change the plan (:meth:`_Shared.trigger`: a victim reaching its minimum runtime, a request
+reaching ``reserve_after``, an off-peak window opening or closing), and at the peak while
+off-peak work runs. ``ReplayConfig.wake_s`` adds a cycle at least that often while work
+waits (aging and fair share change orders continuously, but never make room).
 """
 
 from __future__ import annotations
@@ -155,10 +158,12 @@ def sharing_off(policy: Policy | None = None) -> Policy:
                    lend_idle_off_peak=False)
 
 
-def assign_owners(trace: Trace, jobs: Sequence[Job]) -> list[Job]:
+def assign_owners(trace: Trace, jobs: Sequence[Job], compress: float = 1.0) -> list[Job]:
     """``jobs`` with team, purpose, priority and preemptibility from the rules of
-    :mod:`gpu_pool.sim.teams` (burst hours counted over the whole task list)."""
-    bursts = burst_hours([t.creation_time for t in trace.tasks if t.creation_time is not None])
+    :mod:`gpu_pool.sim.teams` (burst hours counted over the whole task list, on the
+    replay's clock: arrival times divided by ``compress``)."""
+    bursts = burst_hours([int(t.creation_time / compress) for t in trace.tasks
+                          if t.creation_time is not None])
     out = []
     for j in jobs:
         o = owner_of(j.task.qos, j.duration, j.arrival, j.gpus, bursts)
@@ -205,6 +210,7 @@ class _Shared:
         self.wake_at: set[float] = set()
         self.missed = self.handovers_done = self.borrowed = self.lent_off_peak = 0
         self.request_cache: dict[tuple[int, int], Request] = {}
+        self._switch: float | None = None
 
     # engine inputs ------------------------------------------------------------------
     def request(self, job: Job) -> Request:
@@ -314,6 +320,40 @@ class _Shared:
                 pending.append(h.job)
         return bool(ready)
 
+    def trigger(self, now: float, pending: Sequence[Job]) -> float:
+        """The next time at which time alone may change the plan while work waits: a
+        running preemptible attempt reaching ``min_runtime_before_preemption``, a pending
+        request reaching ``reserve_after``, an off-peak window opening or closing."""
+        t = self.switch(now)
+        least = self.policy.min_runtime_before_preemption.total_seconds()
+        for a in self.attempts.values():
+            x = a.start + least
+            if a.stop is None and a.job.preemptible and x > now:
+                t = min(t, x)
+        if self.policy.reserves:
+            wait = self.policy.reserve_after.total_seconds()
+            for job in pending:
+                x = job.arrival + wait
+                if x > now:
+                    t = min(t, x)
+        return t
+
+    def switch(self, now: float) -> float:
+        """The next time the off-peak state changes (on a 15-minute grid, the finest any
+        time zone's offset needs; within 8 days, else never)."""
+        if self._switch is not None and self._switch > now:
+            return self._switch
+        at = self.policy.off_peak.contains
+        state = at(SIM_EPOCH + timedelta(seconds=now))
+        probe = (now // 900 + 1) * 900
+        self._switch = math.inf
+        while probe <= now + 8 * 86400:
+            if at(SIM_EPOCH + timedelta(seconds=probe)) != state:
+                self._switch = probe
+                break
+            probe += 900
+        return self._switch
+
     def engine_allocations(self) -> list[Allocation]:
         active = [a.alloc for a in self.attempts.values() if a.stop is None]
         return active + [h.alloc for h in self.handovers.values()]
@@ -338,7 +378,7 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
     """The teams-mode replay loop (the engine policy only); returns a ReplayResult."""
     from gpu_pool.sim.replay import ReplayResult, window_of
 
-    jobs = assign_owners(trace, jobs)
+    jobs = assign_owners(trace, jobs, config.compress)
     fleet_gpus = int(runner.fleet.gpus.sum())
     begin, end = window_of([j.arrival for j in jobs]) if jobs else (0.0, 0.0)
     demand = team_demand_p95(jobs, begin, end)
@@ -349,7 +389,8 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
     sh = _Shared(runner, jobs, config, quotas, guarantee)
     policy = runner.engine_policy
     hb = config.heartbeat_s
-    wake = config.wake_s or hb
+    wake = config.wake_s
+    trigger = math.inf
     pending: list[Job] = []
     times: list[float] = []
     allocated: list[float] = []
@@ -375,7 +416,8 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
             changed = True
         due = any(w <= now for w in sh.wake_at)
         sh.wake_at = {w for w in sh.wake_at if w > now}
-        if (pending and (changed or now - last_cycle >= wake)) or due:
+        timed = now >= trigger or (wake is not None and now - last_cycle >= wake)
+        if (pending and (changed or timed)) or due:
             t0 = time.perf_counter()
             head = sorted(pending, key=lambda j: (j.priority.rank, j.arrival, j.index))
             head = head[: config.max_cycle_tasks]
@@ -408,8 +450,12 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
             nearest = min(nearest, jobs[nxt].arrival)
         if sh.wake_at:
             nearest = min(nearest, min(sh.wake_at))
+        trigger = math.inf
         if pending and (sh.attempts or sh.handovers or nxt < len(jobs)):
-            nearest = min(nearest, last_cycle + wake)
+            trigger = sh.trigger(now, pending)
+            if wake is not None:
+                trigger = min(trigger, last_cycle + wake)
+            nearest = min(nearest, trigger)
         if nearest == math.inf:
             break
         now = max(now + hb, math.ceil(nearest / hb) * hb)
