@@ -110,6 +110,8 @@ class SharingRecord:
     off_peak_hours: OffPeak  # the policy's off-peak windows
     team_held: tuple[tuple[float, ...], ...]  # per processed time, GPUs held per team
     team_below: tuple[tuple[bool, ...], ...]  # ... below guarantee with work that fits in it
+    # ... and meanwhile another team held more than its guarantee (borrowed: reclaimable).
+    team_reclaimable: tuple[tuple[bool, ...], ...]
     queued_gpus: tuple[float, ...]  # per processed time, GPUs asked by the queue
     off_peak: tuple[bool, ...]  # per processed time: inside Policy.off_peak
     preemptions: tuple[PreemptionEvent, ...]
@@ -122,6 +124,9 @@ class SharingRecord:
     handovers_missed: int
     borrowed_starts: int
     off_peak_starts: int
+    # Per job that waited: the engine's last reason before its first start (or, never
+    # started, its last reason).
+    wait_reasons: dict[int, str]
 
 
 @dataclass
@@ -211,6 +216,8 @@ class _Shared:
         self.missed = self.handovers_done = self.borrowed = self.lent_off_peak = 0
         self.request_cache: dict[tuple[int, int], Request] = {}
         self._switch: float | None = None
+        self.reason: dict[int, str] = {}  # the engine's last sentence for a waiting task
+        self.wait_reason: dict[int, str] = {}  # ... as it was when it first started
 
     # engine inputs ------------------------------------------------------------------
     def request(self, job: Job) -> Request:
@@ -244,6 +251,9 @@ class _Shared:
         self.tries[j] += 1
         if self.first_start[j] is None:
             self.first_start[j] = now
+            if j in self.reason:
+                self.wait_reason[j] = self.reason[j]
+        self.reason.pop(j, None)
         if j in self.stopped_at:
             self.requeue_waits.append(now - self.stopped_at.pop(j))
         alloc = self.allocation(job, part, placement, now, self.tries[j], job.preemptible)
@@ -373,6 +383,11 @@ class _Shared:
             for t in TEAMS)
         return tuple(held[t.name] for t in TEAMS), below
 
+    def over(self, held: Sequence[float]) -> tuple[bool, ...]:
+        """Per team: whether it holds more than its guarantee (it borrows)."""
+        return tuple(h > self.guarantee.get(t.name, 0) + 1e-9
+                     for t, h in zip(TEAMS, held, strict=True))
+
 
 def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Runner):
     """The teams-mode replay loop (the engine policy only); returns a ReplayResult."""
@@ -398,6 +413,7 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
     cycle_s: list[float] = []
     team_held: list[tuple[float, ...]] = []
     team_below: list[tuple[bool, ...]] = []
+    team_reclaimable: list[tuple[bool, ...]] = []
     queued: list[float] = []
     off_peak: list[bool] = []
     nxt = 0
@@ -425,6 +441,8 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
             plan = plan_on_state(runner.state, [sh.request(j) for j in head],
                                  quotas=quotas, allocations_usage=sh.engine_allocations(),
                                  policy=policy, now=when, workload_mix=runner.engine_mix)
+            for why in plan.pending:
+                sh.reason[int(why.request_name[1:])] = why.message
             done = sh.act(plan, head, pending, now)
             pending = [j for j in pending if j.index not in done]
             # A preemption without grace frees its GPUs at once: hand them over now.
@@ -443,6 +461,9 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
             held, below = sh.team_state(pending)
             team_held.append(held)
             team_below.append(below)
+            over = sh.over(held)
+            team_reclaimable.append(tuple(
+                b and any(o for k, o in enumerate(over) if k != i) for i, b in enumerate(below)))
             queued.append(sum(j.gpus for j in pending))
             off_peak.append(policy.off_peak.contains(SIM_EPOCH + timedelta(seconds=now)))
         nearest = min((a.end for a in sh.attempts.values()), default=math.inf)
@@ -468,9 +489,11 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
              policy.min_runtime_before_preemption.total_seconds(),
          "max_preemptions_per_task": policy.max_preemptions_per_task},
         policy.off_peak,
-        tuple(team_held), tuple(team_below), tuple(queued), tuple(off_peak),
+        tuple(team_held), tuple(team_below), tuple(team_reclaimable), tuple(queued),
+        tuple(off_peak),
         tuple(sh.events), tuple(sh.finished), tuple(sh.held), tuple(sh.lost), tuple(sh.count),
-        tuple(sh.requeue_waits), sh.handovers_done, sh.missed, sh.borrowed, sh.lent_off_peak)
+        tuple(sh.requeue_waits), sh.handovers_done, sh.missed, sh.borrowed, sh.lent_off_peak,
+        {**sh.wait_reason, **sh.reason})
     return ReplayResult("engine", config, tuple(jobs), tuple(sh.first_start), tuple(times),
                         tuple(allocated), tuple(frags), tuple(cycle_s), float(now), record)
 
@@ -526,6 +549,8 @@ def sharing_summary(result) -> dict[str, Any]:
     own = sum(1 for e in stops if team_of.get(e.for_request) == jobs[e.victim].team)
     below = {name: _stretches(times, [b[i] for b in rec.team_below], result.end_time)
              for i, name in enumerate(rec.teams)}
+    reclaimable = {name: _stretches(times, [b[i] for b in rec.team_reclaimable],
+                                    result.end_time) for i, name in enumerate(rec.teams)}
     series_end = result.end_time
     mean_held = {}
     for i, name in enumerate(rec.teams):
@@ -542,7 +567,8 @@ def sharing_summary(result) -> dict[str, Any]:
                          "demand_p95_gpus": round(rec.demand_p95[name], 2),
                          "tasks": sum(1 for j in jobs if j.team == name),
                          "mean_held_gpus": mean_held[name],
-                         "longest_below_guarantee_with_work_s": below[name]}
+                         "longest_below_guarantee_with_work_s": below[name],
+                         "longest_below_guarantee_while_others_borrow_s": reclaimable[name]}
                   for name in rec.teams},
         "fleet_gpus": rec.fleet_gpus,
         "policy": rec.policy_summary,
@@ -564,7 +590,23 @@ def sharing_summary(result) -> dict[str, Any]:
         "borrowed_starts": rec.borrowed_starts,
         "off_peak_starts": rec.off_peak_starts,
         "requeue_wait_max_s": max(rec.requeue_waits, default=0.0),
+        "longest_waits": _longest_waits(result, 5),
     }
+
+
+def _longest_waits(result, count: int) -> list[dict[str, Any]]:
+    """The ``count`` longest first waits, with the engine's reason for each."""
+    rec: SharingRecord = result.sharing
+    waits = []
+    for job, s in zip(result.jobs, result.start, strict=True):
+        wait = (result.end_time if s is None else s) - job.arrival
+        waits.append((wait, job))
+    waits.sort(key=lambda x: (-x[0], x[1].index))
+    return [{"task": job.task.name, "team": job.team, "priority": job.priority.value,
+             "gpus": job.gpus, "cpu_milli": job.task.cpu_milli,
+             "memory_mib": job.task.memory_mib, "wait_s": wait,
+             "reason": rec.wait_reasons.get(job.index, "")}
+            for wait, job in waits[:count] if wait > 0]
 
 
 __all__ = ["PreemptionEvent", "SharingRecord", "run_shared", "sharing_off", "sharing_summary"]
