@@ -31,19 +31,23 @@ def excerpt() -> Trace:
     return load_trace(DATA / "openb_nodes_excerpt.csv", DATA / "openb_pods_excerpt.csv")
 
 
-@pytest.mark.parametrize(("qos", "duration", "arrival", "burst", "want"), [
-    ("Guaranteed", 10 * HOUR, 3 * HOUR, False, ("inference", PriorityClass.CRITICAL, False)),
-    ("LS", HOUR, 3 * HOUR, True, ("inference", PriorityClass.HIGH, False)),
-    ("LS", 5 * HOUR, 9 * HOUR, False, ("train", PriorityClass.NORMAL, True)),
-    ("BE", 4 * HOUR, 20 * HOUR, True, ("pretrain", PriorityClass.BATCH, True)),
-    ("BE", 4 * HOUR, 31 * HOUR + 5, False, ("pretrain", PriorityClass.BATCH, True)),
-    ("BE", 600, 13 * HOUR, True, ("research", PriorityClass.LOW, True)),
-    ("Burstable", 600, 13 * HOUR, False, ("train", PriorityClass.NORMAL, True)),
-    (None, 60, 2 * HOUR, False, ("train", PriorityClass.NORMAL, True)),
+@pytest.mark.parametrize(("qos", "duration", "arrival", "burst", "want", "gpus"), [
+    ("Guaranteed", 10 * HOUR, 3 * HOUR, False, ("inference", PriorityClass.CRITICAL, False),
+     8),
+    ("LS", HOUR, 3 * HOUR, True, ("inference", PriorityClass.HIGH, False), 1),
+    ("LS", HOUR, 3 * HOUR, True, ("inference", PriorityClass.HIGH, False), 0.3),
+    ("LS", HOUR, 3 * HOUR, False, ("train", PriorityClass.NORMAL, True), 8),
+    ("LS", HOUR, 3 * HOUR, True, ("research", PriorityClass.LOW, True), 2),
+    ("LS", 5 * HOUR, 9 * HOUR, False, ("train", PriorityClass.NORMAL, True), 1),
+    ("BE", 4 * HOUR, 20 * HOUR, True, ("pretrain", PriorityClass.BATCH, True), 1),
+    ("BE", 4 * HOUR, 31 * HOUR + 5, False, ("pretrain", PriorityClass.BATCH, True), 1),
+    ("BE", 600, 13 * HOUR, True, ("research", PriorityClass.LOW, True), 1),
+    ("Burstable", 600, 13 * HOUR, False, ("train", PriorityClass.NORMAL, True), 1),
+    (None, 60, 2 * HOUR, False, ("train", PriorityClass.NORMAL, True), 0),
 ])
-def test_team_rules(qos, duration, arrival, burst, want) -> None:
+def test_team_rules(qos, duration, arrival, burst, want, gpus) -> None:
     bursts = frozenset({arrival // HOUR}) if burst else frozenset()
-    o = owner_of(qos, duration, arrival, 1.0, bursts)
+    o = owner_of(qos, duration, arrival, gpus, bursts)
     assert (o.team, o.priority, o.preemptible) == want
     assert o.purpose == {"inference": Purpose.INFERENCE, "train": Purpose.TRAINING,
                          "pretrain": Purpose.PRETRAINING, "research": Purpose.TRAINING}[o.team]

@@ -7,19 +7,22 @@ Rules (first match wins; hour of day = the arrival's hour in the replay's wall c
 ``SIM_EPOCH`` + arrival seconds, UTC)
 ----------------------------------------------------------------------------------------
 1. ``qos`` Guaranteed -> ``inference``, priority critical, not preemptible.
-2. ``qos`` LS and a duration under 4 h -> ``inference``, priority high, not preemptible
-   (short latency-sensitive work: serving).
+2. ``qos`` LS, a duration under 4 h and at most one GPU -> ``inference``, priority high,
+   not preemptible (short latency-sensitive work on one GPU or a share: serving). Short
+   multi-GPU LS tasks (8-GPU, 64-core tasks among them) are not serving: a
+   non-preemptible team can never borrow, so with them its 8-GPU tasks waited for weeks
+   for the whole guarantee to be idle at once.
 3. A duration of 4 h or more, arriving 08:00-19:59 -> ``train`` (purpose training, priority
    normal, preemptible: daytime training runs that checkpoint).
 4. A duration of 4 h or more, arriving 20:00-07:59 -> ``pretrain`` (purpose pretraining,
    priority batch, preemptible: long jobs submitted for the night).
-5. The rest (short BE, Burstable and CPU-only tasks), arriving in a *burst hour* (a trace
+5. The rest (short BE, Burstable, multi-GPU LS and CPU-only tasks), arriving in a *burst hour* (a trace
    hour whose arrival count is at least the 90th percentile of the hourly counts of the
    whole task list) -> ``research`` (purpose training, priority low, preemptible).
 6. Everything else -> ``train`` (priority normal, preemptible).
 
 Rule 6 catches every task: the assignment covers the trace. Nothing is random: the rules
-read only ``qos``, the duration, the arrival time and the hourly arrival counts.
+read only ``qos``, the GPUs, the duration, the arrival time and the hourly arrival counts.
 
 Guarantees
 ----------
@@ -60,13 +63,14 @@ class TeamSpec:
 
 TEAMS: tuple[TeamSpec, ...] = (
     TeamSpec("inference", Purpose.INFERENCE,
-             "Guaranteed (critical) and short LS (high) tasks; never preemptible"),
+             "Guaranteed (critical) and short LS (high) tasks of at most one GPU; never "
+             "preemptible"),
     TeamSpec("train", Purpose.TRAINING,
              "jobs of 4 h+ arriving 08-20, and short tasks outside bursts; normal, preemptible"),
     TeamSpec("pretrain", Purpose.PRETRAINING,
              "jobs of 4 h+ arriving 20-08; batch, preemptible"),
     TeamSpec("research", Purpose.TRAINING,
-             "short BE/Burstable/CPU-only tasks arriving in burst hours; low, preemptible"),
+             "other short tasks arriving in burst hours; low, preemptible"),
 )
 TEAM_NAMES = tuple(t.name for t in TEAMS)
 
@@ -100,14 +104,12 @@ def burst_hours(arrivals: Sequence[int]) -> frozenset[int]:
 
 def owner_of(qos: str | None, duration: int, arrival: int, gpus: float,
              bursts: frozenset[int]) -> Owner:
-    """The rules of the module docstring for one task (``gpus`` is unused by the rules and
-    kept for callers that log it)."""
-    del gpus
+    """The rules of the module docstring for one task (``gpus``: GPUs it holds)."""
     spec = {t.name: t for t in TEAMS}
     hour = (int(arrival) // 3600) % 24
     if qos == "Guaranteed":
         return Owner("inference", spec["inference"].purpose, PriorityClass.CRITICAL, False)
-    if qos == "LS" and duration < LONG_S:
+    if qos == "LS" and duration < LONG_S and gpus <= 1:
         return Owner("inference", spec["inference"].purpose, PriorityClass.HIGH, False)
     if duration >= LONG_S:
         if hour in DAY_HOURS:
