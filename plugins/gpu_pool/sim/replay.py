@@ -22,6 +22,10 @@ Policies
 engine
     :func:`gpu_pool.engine.plan_on_state` over the pending queue (head of at most
     ``max_cycle_tasks`` in priority then arrival order), priorities and aging included.
+engine with teams (``ReplayConfig.teams``, ``--teams 4``)
+    The tasks belong to four teams with guarantees (:mod:`gpu_pool.sim.teams`); the engine
+    gets quotas and the active allocations, may borrow, reclaim and preempt, and a
+    preempted task stops after its grace period and requeues (:mod:`gpu_pool.sim.sharing`).
 fifo
     A plain Airflow pool: one counter of GPU slots (the fleet's GPUs; a task takes
     ``ceil(GPUs asked)``, CPU-only tasks none), first come first served; the head starts when
@@ -37,10 +41,11 @@ solve time per cycle (median, p95, max).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -79,7 +84,7 @@ class ReplayConfig:
     # The engine's starvation guard (Policy.reserve_after, max_reservations); None: default.
     reserve_after_s: float | None = None
     max_reservations: int | None = None
-    # The engine's whole policy (a --policy-file); the two knobs above apply on top of it.
+    # The engine's policy (``--policy-file``); None: Policy(). The two above override it.
     policy: Policy | None = None
     # Teams mode (gpu_pool.sim.teams): 0 off, 4 the built-in four teams with quotas.
     teams: int = 0
@@ -186,7 +191,7 @@ class _Runner:
             guard["reserve_after"] = timedelta(seconds=config.reserve_after_s)
         if config.max_reservations is not None:
             guard["max_reservations"] = config.max_reservations
-        self.engine_policy = replace(config.policy or Policy(), **guard)
+        self.engine_policy = dataclasses.replace(config.policy or Policy(), **guard)
         self.nodes = tuple(domain_node(n, self.engine_policy) for n in trace.nodes)
         self.state = FleetState.from_nodes(self.nodes) if policy == "engine" else None
         self.row_of = {n.name: i for i, n in enumerate(self.nodes)}
