@@ -232,3 +232,81 @@ def test_compress_divides_arrivals_and_keeps_durations() -> None:
     assert [j.task.name for j in plain] == [j.task.name for j in fast]
     assert [j.duration for j in plain] == [j.duration for j in fast]
     assert [j.arrival for j in fast] == [int(j.task.creation_time / 2) for j in plain]
+
+
+def test_cli_replay_with_teams(capsys: pytest.CaptureFixture[str]) -> None:
+    from gpu_pool.cli import main
+
+    base = ["simulate", "replay", "--nodes", str(DATA / "openb_nodes_excerpt.csv"), "--pods",
+            str(DATA / "openb_pods_excerpt.csv"), "--policy", "engine", "--fleet-fraction",
+            "0.05", "--teams", "4"]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert "borrowing on, reclaim on, off-peak lending on" in out
+    for team in TEAM_NAMES:
+        assert f"\n{team:>10} " in out
+    assert "GPU-hours lost" in out
+    assert main([*base, "--no-sharing", "--json"]) == 0
+    import json
+
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["sharing"]["policy"]["borrowing"] is False
+    assert summary["sharing"]["policy"]["lend_idle_off_peak"] is False
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--policy", "fifo", "--teams", "4"], "teams: got '4'; expected teams only with "
+     "--policy engine"),
+    (["--policy", "engine", "--teams", "2"], "teams: got '2'; expected 4"),
+    (["--policy", "engine", "--no-sharing"], "no-sharing: got 'without --teams'; expected "
+     "--teams 4 with it"),
+    (["--policy", "engine", "--teams", "4", "--restart-overhead", "-1"],
+     "restart-overhead: got '-1'"),
+    (["--policy", "engine", "--compress", "0"], "compress: got '0'"),
+])
+def test_cli_bad_team_flags_exit_2(extra: list[str], message: str,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from gpu_pool.cli import main
+
+    argv = ["simulate", "replay", "--nodes", str(DATA / "openb_nodes_excerpt.csv"), "--pods",
+            str(DATA / "openb_pods_excerpt.csv"), *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_a_peak_preemption_without_a_winner_stops_and_requeues(monkeypatch) -> None:
+    # The engine here has no peak reclaim (the offpeak branch adds it): a stand-in engine
+    # places the one task, then, at the first cycle at or after 08:00, preempts it as the
+    # peak would (no request wins it); it must stop after grace, requeue and finish.
+    from gpu_pool.engine.types import Plan, Preemption
+    from gpu_pool.sim import sharing
+
+    real = sharing.plan_on_state
+    calls = {"peak": 0}
+
+    def engine(state, requests, *, allocations_usage, now, **kw):
+        if now.hour >= 8 and allocations_usage and not calls["peak"]:
+            calls["peak"] += 1
+            (a,) = allocations_usage
+            return Plan((), (), (Preemption(a.id, a.request_name, "", "the peak", 120.0,
+                                            "peak"),))
+        return real(state, requests, allocations_usage=allocations_usage, now=now, **kw)
+
+    monkeypatch.setattr(sharing, "plan_on_state", engine)
+    # A 10-hour pretrain task arriving at 02:00 (rule 4), and a short research task at
+    # 08:00 so that a cycle runs at the peak.
+    trace = Trace((node4(),), (task("p", "BE", 2 * HOUR, 10 * HOUR),
+                               task("r", "BE", 8 * HOUR, 60)), "nodes", "pods")
+    result = run_replay(trace, "engine", ReplayConfig(heartbeat_s=60, teams=4,
+                                                      guarantees=(("pretrain", 4),
+                                                                  ("train", 1))))
+    check_accounting(result)
+    (event,) = result.sharing.preemptions
+    assert (event.kind, event.for_request, event.moot) == ("peak", "", False)
+    p = result.jobs[0]
+    assert result.sharing.preempted[p.index] == 1
+    # Stopped at 08:00 + 120 s, restarted at once (nothing else wants the node), finished.
+    assert result.sharing.requeue_waits == (0.0,)
+    assert result.sharing.finished[p.index] == pytest.approx(
+        2 * HOUR + 10 * HOUR + 120 + 60)

@@ -115,7 +115,8 @@ def replay_handler(args: argparse.Namespace) -> int:
         raise SpecError("teams", args.teams, "teams only with --policy engine (the baselines "
                         "know no quotas)")
     if args.no_sharing and not teams:
-        raise SpecError("no-sharing", True, "--no-sharing only with --teams 4")
+        raise SpecError("no-sharing", "without --teams", "--teams 4 with it (it turns the "
+                        "teams' borrowing, reclaim and off-peak lending off)")
     overhead = parse_number(args.restart_overhead, "restart-overhead", maximum=day)
     base = getattr(args, "policy_file_policy", None)  # --policy-file, where the CLI has it
     if args.no_sharing:
