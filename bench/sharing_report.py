@@ -162,7 +162,10 @@ def render(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace, comp
                 f"{fmt(sh['off_peak_allocation_when_queued_pct'])} | "
                 + " | ".join(waits)
                 + f" | {sh['preemptions']} ({sh['preemptions_per_hour']:.2f}/h"
-                + (f"; {kinds}" if kinds else "") + f") | {sh['gpu_hours_lost']:,.1f} "
+                + (f"; {kinds}" if kinds else "")
+                + (f"; {sh['preemptions_within_a_team']} for the victim's own team"
+                   if sh["preemptions_within_a_team"] else "")
+                + f") | {sh['gpu_hours_lost']:,.1f} "
                 f"({sh['lost_pct']:.3f}%) | {sh['max_preemptions_of_a_task']} | "
                 f"{worst[1][key1]:,.0f} ({worst[0]}) | {worst2[1][key2]:,.0f} ({worst2[0]}) | "
                 f"{sh['borrowed_starts']} / {sh['off_peak_starts']} | "
