@@ -37,6 +37,7 @@ from gpu_pool.model import (
     MILLI_PER_GPU,
     Dataset,
     Gpu,
+    Lending,
     Node,
     NodeState,
     Policy,
@@ -617,6 +618,32 @@ def parse_email(value: Any, field: str, *, local: bool = False) -> str:
             or not value.isprintable():
         raise SpecError(field, value, "an e-mail address like 'nlp-oncall@example.com'")
     return value
+
+
+def parse_lending(team: Any, to: Any, limit: Any = None) -> Lending:
+    """``gpu-pool team lend TEAM --to all|none|t1,t2 [--limit GPUS]`` as a
+    :class:`Lending`: ``all`` (every team), ``none`` (nobody) or team names separated by
+    commas, not the team itself; the limit in GPUs, at least 0 (none: no limit)."""
+    name = parse_name(team, "team")
+    hint = "all, none, or team names separated by commas, like 'nlp,speech'"
+    if not isinstance(to, str) or not to.strip():
+        raise SpecError("to", to, hint)
+    word = to.strip().lower()
+    borrowers: frozenset[str] | None
+    if word == "all":
+        borrowers = None
+    elif word == "none":
+        borrowers = frozenset()
+    else:
+        names = [x.strip() for x in to.split(",")]
+        for x in names:
+            if not x or not _NAME.match(x):
+                raise SpecError("to", to, hint)
+            if x == name:
+                raise SpecError("to", to, f"teams other than {name} itself ({hint})")
+        borrowers = frozenset(names)
+    cap = None if limit is None else parse_number(limit, "limit", maximum=limits.MAX_QUOTA_GPUS)
+    return Lending(name, borrowers, cap)
 
 
 def parse_team(data: Mapping[str, Any]) -> Team:

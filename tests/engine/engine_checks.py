@@ -42,14 +42,79 @@ def plan_value(plan: Plan, snap: Snapshot) -> int:
                for p in plan.placements for a in p.assignments)
 
 
-def quota_limits(snap: Snapshot):
-    """(team, purpose, model|None) -> (limit milli, used milli) of the active quotas."""
+def quota_limits(snap: Snapshot, borrow: bool = False):
+    """(team, purpose, model|None) -> guarantee milli of the active quotas (``borrow``: the
+    borrow limit instead)."""
     limits: dict = defaultdict(int)
     for q in snap.quotas:
         if q.active_at(snap.now):
             limits[(q.team, q.purpose, q.gpu_model)] += round(
-                (q.gpus + q.borrow_limit_gpus) * MILLI_PER_GPU)
+                (q.borrow_limit_gpus if borrow else q.gpus) * MILLI_PER_GPU)
     return limits
+
+
+def check_preemptions(plan: Plan, snap: Snapshot) -> None:
+    """Only eligible work is preempted (preemptible, not critical, run long enough, not
+    preempted too often), gangs whole, with the right grace; reclaim takes borrowed work
+    only, critical preemption serves critical requests only."""
+    reqs = {r.name: r for r in snap.requests}
+    by_id = {a.id: a for a in snap.allocations}
+    policy = snap.policy
+    gone = {p.allocation_id for p in plan.preemptions}
+    for p in plan.preemptions:
+        a = by_id[p.allocation_id]
+        assert a.preemptible and a.priority is not PriorityClass.CRITICAL, "only batch preempted"
+        assert snap.now - a.started_at >= policy.min_runtime_before_preemption, "too young"
+        assert a.preemptions < policy.max_preemptions_per_task, "preempted too often"
+        grace = a.grace if a.grace is not None else policy.preemption_grace
+        assert p.grace_s == grace.total_seconds()
+        if p.kind == "critical":
+            assert reqs[p.for_request].priority is PriorityClass.CRITICAL
+        else:
+            assert p.kind == "reclaim" and policy.reclaim_guarantees, p
+            assert a.borrowed_from is not None, "reclaim takes borrowed work only"
+        for b in snap.allocations:  # a gang goes whole
+            if b.request_name == a.request_name:
+                assert b.id in gone, f"{a.request_name}: gang preempted in part"
+    assert len(gone) == len(plan.preemptions), "an allocation preempted twice"
+
+
+def check_borrowing(plan: Plan, snap: Snapshot) -> None:
+    """Borrowed placements: preemptible, within the group's borrow limit and the lender's
+    consent and limit; none in an open fleet or with borrowing off."""
+    reqs = {r.name: r for r in snap.requests}
+    nodes = {n.name: n for n in snap.nodes}
+    consent = {c.team: c for c in snap.lending}
+    limits = quota_limits(snap, borrow=True)
+    borrowed: dict = defaultdict(int)
+    lent: dict = defaultdict(int)
+    for a in snap.allocations:
+        if a.borrowed_from is not None:
+            lent[a.borrowed_from] += a.gpu_milli_total
+            key = group_key(limits, a.team, a.purpose, a.gpu_model)
+            if key:
+                borrowed[key] += a.gpu_milli_total
+    for p in plan.placements:
+        if p.borrowed_from is None:
+            continue
+        r = reqs[p.request_name]
+        assert snap.quotas and snap.policy.borrowing, "borrowed in an open fleet / with it off"
+        assert r.preemptible, f"{r.name}: not preemptible, yet borrowed"
+        assert p.note.startswith("borrowed "), p.note
+        if p.borrowed_from:
+            c = consent.get(p.borrowed_from)
+            assert c is None or c.allows(r.team), f"{r.name}: no consent of {p.borrowed_from}"
+            assert p.borrowed_from != r.team
+        lent[p.borrowed_from] += r.total_gpu_milli
+        if p.borrowed_from and consent.get(p.borrowed_from) is not None:
+            cap = consent[p.borrowed_from].limit_gpus
+            if cap is not None:
+                assert lent[p.borrowed_from] <= round(cap * MILLI_PER_GPU), "lend limit"
+        for a in p.assignments:
+            key = group_key(limits, r.team, r.purpose, nodes[a.node].gpu_model)
+            assert key is not None
+            borrowed[key] += r.gpus * r.gpu_milli
+            assert borrowed[key] <= limits[key], f"{r.name}: borrow limit of {key} exceeded"
 
 
 def group_key(limits, team, purpose, model):
@@ -67,11 +132,8 @@ def check_plan(plan: Plan, snap: Snapshot) -> None:
     cpu: dict[str, int] = defaultdict(int)
     mem: dict[str, int] = defaultdict(int)
     gone = {p.allocation_id for p in plan.preemptions}
-    by_id = {a.id: a for a in snap.allocations}
-    for p in plan.preemptions:
-        a = by_id[p.allocation_id]
-        assert a.preemptible and a.priority is not PriorityClass.CRITICAL, "only batch preempted"
-        assert reqs[p.for_request].priority is PriorityClass.CRITICAL
+    check_preemptions(plan, snap)
+    check_borrowing(plan, snap)
     for a in snap.allocations:
         if a.id in gone:
             continue
@@ -84,7 +146,7 @@ def check_plan(plan: Plan, snap: Snapshot) -> None:
     usage: dict = defaultdict(int)
     for a in snap.allocations:
         key = group_key(limits, a.team, a.purpose, a.gpu_model)
-        if key:
+        if key and a.borrowed_from is None:  # borrowed work counts against borrowing
             usage[key] += a.gpu_milli_total
     names = [p.request_name for p in plan.placements] + [x.request_name for x in plan.pending]
     assert sorted(names) == sorted(reqs), "every request placed or pending, exactly once"
@@ -116,7 +178,7 @@ def check_plan(plan: Plan, snap: Snapshot) -> None:
                     and (r.priority is PriorityClass.BATCH or r.preemptible))
             if snap.quotas and r.gpus:
                 assert key is not None, f"{r.name} placed without an active quota"
-                if not lent:
+                if not lent and p.borrowed_from is None:
                     usage[key] += r.gpus * r.gpu_milli
                     assert usage[key] <= limits[key], f"{r.name}: quota {key} exceeded"
     for (node, i), milli in used.items():

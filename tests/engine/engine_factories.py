@@ -9,6 +9,7 @@ from gpu_pool.model import (
     Allocation,
     Dataset,
     Gpu,
+    Lending,
     Node,
     NodeState,
     Policy,
@@ -56,16 +57,19 @@ def make_quota(team: str = "ml", gpus: float = 8, *, purpose: Purpose = Purpose.
 def make_allocation(request: str, node: Node, indices: tuple[int, ...], *, milli: int = 1000,
                     team: str = "ml", purpose: Purpose = Purpose.TRAINING,
                     priority: PriorityClass = PriorityClass.NORMAL, cpu: int = 0,
-                    memory: int = 0, preemptible: bool = False) -> Allocation:
+                    memory: int = 0, preemptible: bool = False,
+                    borrowed_from: str | None = None, ran: timedelta = timedelta(hours=1),
+                    preemptions: int = 0, grace: timedelta | None = None) -> Allocation:
     return Allocation(request, node.name, indices, milli, cpu, memory, team, purpose, priority,
-                      node.gpu_model, NOW - timedelta(hours=1), preemptible=preemptible,
-                      id=f"alloc-{request}-{node.name}")
+                      node.gpu_model, NOW - ran, preemptible=preemptible,
+                      id=f"alloc-{request}-{node.name}", borrowed_from=borrowed_from,
+                      preemptions=preemptions, grace=grace)
 
 
 def make_snapshot(nodes, requests, *, allocations=(), quotas=(), policy: Policy | None = None,
-                  now: datetime = NOW, mix=()) -> Snapshot:
+                  now: datetime = NOW, mix=(), lending=()) -> Snapshot:
     return Snapshot(tuple(nodes), tuple(allocations), tuple(requests), tuple(quotas),
-                    policy or Policy(), now, tuple(mix))
+                    policy or Policy(), now, tuple(mix), lending=tuple(lending))
 
 
 def random_snapshot(rng, *, nodes: int = 4, requests: int = 8, max_gpus: int = 4,
@@ -123,3 +127,59 @@ def random_snapshot(rng, *, nodes: int = 4, requests: int = 8, max_gpus: int = 4
         policy = Policy(critical_headroom_gpus=rng.choice([0, 0, 2]),
                         max_transfer_seconds=3600.0)
     return make_snapshot(fleet, reqs, allocations=allocations, quotas=quotas, policy=policy)
+
+
+TEAMS = ("cv", "nlp", "speech")
+
+
+def random_lending_snapshot(rng, *, nodes: int = 4, requests: int = 10) -> Snapshot:
+    """Teams with guarantees and borrow limits, lending consents (some refusing, some
+    capped), running work within guarantees and on borrowed capacity (some of it too young
+    or preempted too often to preempt again, some gangs), and a queue of mixed priority,
+    partly preemptible. No headroom or reservations: every GPU is there to share."""
+    fleet = [make_node(f"n{i}", "A100", rng.choice([2, 4, 8])) for i in range(nodes)]
+    total = sum(n.gpu_count for n in fleet)
+    quotas = [make_quota(t, rng.randint(0, max(total // 3, 1)), borrow=rng.choice([0, 2, 4, 8]))
+              for t in TEAMS]
+    lending = []
+    for t in TEAMS:
+        pick = rng.random()
+        if pick < 0.25:
+            lending.append(Lending(t, frozenset()))
+        elif pick < 0.5:
+            lending.append(Lending(t, frozenset(rng.sample([x for x in TEAMS if x != t], 1)),
+                                   limit_gpus=rng.choice([None, 1, 2, 4])))
+        elif pick < 0.7:
+            lending.append(Lending(t, None, limit_gpus=rng.choice([1, 2, 4])))
+    allocations = []
+    free = {n.name: list(range(n.gpu_count)) for n in fleet}
+    for i in range(rng.randint(0, nodes * 3)):
+        node = rng.choice(fleet)
+        if not free[node.name]:
+            continue
+        take = min(len(free[node.name]), rng.choice([1, 2, 4]))
+        cols = tuple(free[node.name][:take])
+        del free[node.name][:take]
+        team = rng.choice(TEAMS)
+        borrowed = rng.choice([None, None, "", *[t for t in TEAMS if t != team]])
+        allocations.append(make_allocation(
+            f"run{i}", node, cols, team=team, priority=rng.choice(list(PriorityClass)),
+            preemptible=borrowed is not None or rng.random() < 0.5, borrowed_from=borrowed,
+            ran=rng.choice([timedelta(minutes=5), timedelta(hours=1), timedelta(hours=3)]),
+            preemptions=rng.choice([0, 0, 1, 2])))
+    if len(fleet) > 1 and rng.random() < 0.5:  # a borrowed gang across two nodes
+        a, b = rng.sample(fleet, 2)
+        if free[a.name] and free[b.name]:
+            for node in (a, b):
+                allocations.append(make_allocation(
+                    "gang", node, (free[node.name].pop(0),), team="speech",
+                    priority=PriorityClass.BATCH, preemptible=True, borrowed_from="cv",
+                    ran=rng.choice([timedelta(minutes=5), timedelta(hours=2)])))
+    reqs = [make_request(f"r{i}", rng.choice([1, 1, 2, 4]), team=rng.choice(TEAMS),
+                         priority=rng.choice(list(PriorityClass)),
+                         preemptible=rng.random() < 0.6, waited=timedelta(minutes=i))
+            for i in range(requests)]
+    policy = Policy(max_reservations=0, borrowing=rng.random() < 0.9,
+                    reclaim_guarantees=rng.random() < 0.9, lend_idle_off_peak=False)
+    return make_snapshot(fleet, reqs, allocations=allocations, quotas=quotas, policy=policy,
+                         lending=lending)

@@ -173,7 +173,9 @@ def create_app(store_factory: Callable[[], Store] | None = None,
             allocation_id=e.allocation_id, request=e.request_name, team=e.team,
             purpose=str(e.purpose), node=e.node, gpu_model=e.gpu_model, gpus=e.gpus,
             started_at=e.started_at, ended_at=e.ended_at, gpu_hours=round(e.gpu_hours, 4),
-            cost=round(e.cost, 4), outcome=str(e.outcome))
+            cost=round(e.cost, 4), outcome=str(e.outcome), borrowed_from=e.borrowed_from,
+            off_peak=e.off_peak, transfer_s=e.transfer_s,
+            expected_wait_saved_s=e.expected_wait_saved_s)
             for e in store().ledger(since=since, until=until) if team in (None, e.team)]
 
     @app.get("/api/usage", dependencies=auth, response_model=UsageOut, tags=["ledger"])

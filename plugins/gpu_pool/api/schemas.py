@@ -151,6 +151,10 @@ class AllocationOut(BaseModel):
     ends_by: datetime | None
     preemptible: bool
     task: TaskLinkOut | None = None
+    # The team whose idle guaranteed GPUs it borrows ("": capacity no guarantee covers;
+    # null: within its own quota). Borrowed allocations may be reclaimed.
+    borrowed_from: str | None = None
+    off_peak: bool = False
 
 
 class LedgerEntryOut(BaseModel):
@@ -166,6 +170,10 @@ class LedgerEntryOut(BaseModel):
     gpu_hours: float
     cost: float
     outcome: str
+    borrowed_from: str | None = None
+    off_peak: bool = False
+    transfer_s: float = 0.0
+    expected_wait_saved_s: float = 0.0
 
 
 class UsageBucketOut(BaseModel):

@@ -70,7 +70,8 @@ def allocation_out(a: Allocation, links: dict[str, dict[str, Any]]) -> Allocatio
         id=a.id, request=a.request_name, team=a.team, purpose=str(a.purpose),
         priority=str(a.priority), node=a.node, gpu_model=a.gpu_model,
         gpu_indices=list(a.gpu_indices), share_milli=a.gpu_milli, started_at=a.started_at,
-        ends_by=a.ends_by, preemptible=a.preemptible, task=task_link(links.get(a.request_name)))
+        ends_by=a.ends_by, preemptible=a.preemptible, task=task_link(links.get(a.request_name)),
+        borrowed_from=a.borrowed_from, off_peak=a.off_peak)
 
 
 def request_links(store: Store, names: list[str]) -> dict[str, dict[str, Any]]:

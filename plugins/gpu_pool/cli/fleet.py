@@ -13,6 +13,7 @@ from gpu_pool.cli.output import emit, emit_object
 from gpu_pool.errors import SpecError
 from gpu_pool.model import NodeState
 from gpu_pool.spec import (
+    parse_lending,
     parse_name,
     parse_nodes_document,
     parse_quota,
@@ -37,6 +38,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--webhook", dest="notify_webhook", help="a Slack-style webhook URL")
     p.set_defaults(func=team_add)
     add_command(team, "list", "list teams").set_defaults(func=team_list)
+    p = add_command(team, "lend", "let other teams borrow this team's idle guaranteed GPUs")
+    p.add_argument("name")
+    p.add_argument("--to", help="all, none, or team names separated by commas (nlp,speech)")
+    p.add_argument("--limit", help="at most this many GPUs lent at once (default: no limit)")
+    p.add_argument("--revoke", action="store_true",
+                   help="forget the consent: lend to every team without limit (the default)")
+    p.set_defaults(func=team_lend)
+    add_command(team, "lending", "list the lending consents of every team").set_defaults(
+        func=team_lending)
 
     nodes = add_group(subparsers, "nodes", "the GPU hosts of the fleet")
     p = add_command(nodes, "import", "add nodes from a YAML file (all of them, or none)")
@@ -106,6 +116,50 @@ def team_list(args: argparse.Namespace) -> int:
     rows = [{"team": t.name, "email": t.notify_email, "webhook": t.notify_webhook}
             for t in open_store(args).list_teams()]
     emit(args.json, rows, ("team", "email", "webhook"), empty="no teams")
+    return 0
+
+
+def team_lend(args: argparse.Namespace) -> int:
+    """Record, change or revoke a team's consent to lend its idle guaranteed GPUs."""
+    from gpu_pool.store.lending import describe
+
+    store = open_store(args)
+    if args.revoke:
+        if args.to is not None or args.limit is not None:
+            raise SpecError("revoke", True, "--revoke alone (no --to or --limit)")
+        name = parse_name(args.name, "team")
+        before = store.revoke_lending(name, actor=ACTOR)
+        emit_object(args.json, {"team": name, "lends_to": describe(None),
+                                "was": describe(before) if before else "the default already"})
+        return 0
+    if args.to is None:
+        raise SpecError("to", None, "all, none, or team names separated by commas (or "
+                        "--revoke)")
+    consent = parse_lending(args.name, args.to, args.limit)
+    before = next((x for x in store.lending() if x.team == consent.team), None)
+    saved = store.set_lending(consent, actor=ACTOR)
+    emit_object(args.json, {"team": saved.team, "lends_to": describe(saved),
+                            "was": describe(before) + ("" if before else " (default)")})
+    return 0
+
+
+def team_lending(args: argparse.Namespace) -> int:
+    from gpu_pool.store.lending import describe
+
+    store = open_store(args)
+    consents = {x.team: x for x in store.lending()}
+    rows = []
+    for t in store.list_teams():
+        c = consents.get(t.name)
+        rows.append({"team": t.name,
+                     "lends_to": "every team" if c is None or c.to is None else
+                     (", ".join(sorted(c.to)) or "nobody"),
+                     "limit_gpus": None if c is None else c.limit_gpus,
+                     "set_by": c.set_by if c else "(default)",
+                     "set_at": c.set_at if c else None,
+                     "summary": describe(c)})
+    emit(args.json, rows, ("team", "lends_to", "limit_gpus", "set_by", "set_at"),
+         empty="no teams")
     return 0
 
 

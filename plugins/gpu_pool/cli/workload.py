@@ -160,8 +160,9 @@ def queue(args: argparse.Namespace) -> int:
     rows = []
     for p in plan.placements:  # what would start now, in the engine's order
         node_list = ",".join(f"{a.node}/{','.join(map(str, a.gpu_indices))}" for a in p.assignments)
+        note = f"; {p.note}" if p.note else ""
         rows.append({**_request_row(by_name[p.request_name], now), "state": "next",
-                     "reason": f"would start now on {node_list}"})
+                     "reason": f"would start now on {node_list}{note}"})
     for reason in plan.pending:
         rows.append({**_request_row(by_name[reason.request_name], now), "state": reason.code,
                      "reason": reason.message})
@@ -182,11 +183,15 @@ def place(args: argparse.Namespace) -> int:
         dropped = dict(getattr(result, "dropped", {}) or {})
     rows = []
     for p in plan.placements:
+        note = f" ({p.note})" if p.note else ""
         for a in p.assignments:
             rows.append({"request": p.request_name, "node": a.node,
                          "gpus": ",".join(map(str, a.gpu_indices)) or "-", "milli": a.gpu_milli,
                          "result": ("dropped: " + dropped[p.request_name]) if p.request_name in
-                         dropped else ("would place" if args.dry_run else "placed")})
+                         dropped else ("would place" if args.dry_run else "placed") + note})
+    for x in plan.preemptions:
+        rows.append({"request": x.request_name, "node": None, "gpus": None, "milli": None,
+                     "result": x.message})
     for r in plan.pending:
         rows.append({"request": r.request_name, "node": None, "gpus": None, "milli": None,
                      "result": f"{r.code}: {r.message}"})
@@ -216,6 +221,11 @@ def why(args: argparse.Namespace) -> int:
         info["where"] = "; ".join(f"gpu://{a.node}/{','.join(map(str, a.gpu_indices))}"
                                   for a in held)
         info["until"] = min((a.ends_by for a in held if a.ends_by), default=None)
+        lender = next((a.borrowed_from for a in held if a.borrowed_from is not None), None)
+        if lender is not None:
+            info["borrowed"] = (f"from team {lender}'s idle guarantee" if lender else
+                                "capacity no team's guarantee covers") + \
+                "; preemptible, may be reclaimed"
     else:
         snapshot, plan = _dry_run(store, now)
         if not any(r.name == name for r in snapshot.requests):
@@ -223,7 +233,8 @@ def why(args: argparse.Namespace) -> int:
         elif (placement := plan.placement_of(name)) is not None:
             info["state"] = "next"
             info["why"] = "fits now; it starts at the next placement cycle on " + ", ".join(
-                a.node for a in placement.assignments)
+                a.node for a in placement.assignments) + (f" ({placement.note})"
+                                                          if placement.note else "")
         else:
             reason = plan.reason_of(name)
             info["state"] = reason.code if reason else "pending"

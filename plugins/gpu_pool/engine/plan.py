@@ -16,8 +16,11 @@ Steps of :func:`plan_on_state`:
    relaxation bounds every plan, and greedy within ``policy.solver_relative_gap`` of the
    bound stands; else the LP rounded down made concrete, then CP-SAT if still short; a
    plan is kept only when it is worth strictly more than greedy's;
-6. critical requests still pending may preempt preemptible allocations
-   (:mod:`gpu_pool.engine.preempt`);
+6. preemption and borrowing on the plan's final cycle: (a) critical requests still
+   pending may preempt eligible preemptible allocations; (b) requests within their team's
+   guarantee take back GPUs lent out (:mod:`gpu_pool.engine.preempt`); (c) preemptible
+   requests still pending may borrow beyond their guarantee, with the lender's consent
+   (:mod:`gpu_pool.engine.borrow`), never on nodes (a) or (b) preempted on;
 7. a reason for every request left pending (:mod:`gpu_pool.engine.reasons`).
 
 Invariants: no I/O, no printing, inputs never mutated (the caller's :class:`FleetState`
@@ -26,8 +29,8 @@ inputs give the same plan (the solver runs with a fixed seed under a determinist
 limit, see :func:`gpu_pool.engine.cpsat.configured_solver`; only its wall-clock guard,
 at twice the limit on an overloaded machine, can break this; GLOP is deterministic).
 ``stats.objective`` is the value of the placements on free capacity (step 4 or 5, with
-the starving requests step 3 placed first); placements won by preemption (step 6) come
-on top and are not counted in it.
+the starving requests step 3 placed first); placements won by preemption or borrowing
+(step 6) come on top and are not counted in it.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from datetime import datetime
 
 import numpy as np
 
-from gpu_pool.engine import cpsat, exact, preempt, reserve
+from gpu_pool.engine import borrow, cpsat, exact, preempt, reserve
 from gpu_pool.engine.capacity import FleetState
 from gpu_pool.engine.compat import never_fits
 from gpu_pool.engine.fragmentation import TaskShape, WorkloadMix
@@ -63,7 +66,7 @@ from gpu_pool.engine.types import (
     SolveStats,
     SolveStatus,
 )
-from gpu_pool.model import Allocation, Policy, PriorityClass, Quota, Request
+from gpu_pool.model import Allocation, Lending, Policy, PriorityClass, Quota, Request
 
 MixSpec = tuple[tuple[tuple[int, int], float], ...]
 
@@ -92,18 +95,19 @@ def plan(snapshot: Snapshot) -> Plan:
         return plan_on_state(
             FleetState.from_snapshot(snapshot), snapshot.requests, quotas=snapshot.quotas,
             allocations_usage=snapshot.allocations, policy=snapshot.policy, now=snapshot.now,
-            workload_mix=snapshot.workload_mix)
+            workload_mix=snapshot.workload_mix, lending=snapshot.lending)
 
 
 def plan_on_state(state: FleetState, requests: Sequence[Request], *,
                   quotas: Sequence[Quota] = (), allocations_usage: Sequence[Allocation] = (),
                   policy: Policy, now: datetime, workload_mix: MixSpec | WorkloadMix = (),
-                  use_solver: bool = True) -> Plan:
+                  use_solver: bool = True, lending: Sequence[Lending] = ()) -> Plan:
     """Plan ``requests`` onto the free capacity of ``state`` (which is not changed).
 
     ``allocations_usage``: the active allocations, from which quota usage is derived and
     among which preemptible ones may be preempted; capacity comes from ``state`` alone.
     ``use_solver=False`` returns the greedy plan (what-if tools, the simulator's baseline).
+    ``lending``: the teams' lending consents (:attr:`Snapshot.lending`).
 
     Python's cyclic garbage collector is paused for the cycle (and restored after, as it
     was): a large cycle allocates tens of thousands of small objects, none of them in
@@ -113,7 +117,7 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
     """
     with gc_paused():
         return _plan_on_state(state, requests, quotas, allocations_usage, policy, now,
-                              workload_mix, use_solver)
+                              workload_mix, use_solver, lending)
 
 
 @contextmanager
@@ -130,12 +134,13 @@ def gc_paused() -> Iterator[None]:
 
 def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Sequence[Quota],
                    allocations_usage: Sequence[Allocation], policy: Policy, now: datetime,
-                   workload_mix: MixSpec | WorkloadMix, use_solver: bool) -> Plan:
+                   workload_mix: MixSpec | WorkloadMix, use_solver: bool,
+                   lending: Sequence[Lending] = ()) -> Plan:
     t0 = time.perf_counter()
     layout = state.layout
     # 1. weights, views, quota groups
     weights = aged_weights(requests, policy, now)
-    book = QuotaBook.build(quotas, allocations_usage, policy, now)
+    book = QuotaBook.build(quotas, allocations_usage, policy, now, lending)
     views: dict[str, RequestView] = {r.name: build_view(r, layout, policy) for r in requests}
     group_cache: dict[tuple, np.ndarray] = {}
     groups: dict[str, np.ndarray] = {}
@@ -198,11 +203,18 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
                            result.detail)
     if held.placements:
         placements = [*held.placements, *placements]
-    # 6. critical requests still pending may preempt preemptible allocations
+    # 6. (a) critical preemption, (b) reclaiming guarantees, (c) borrowing beyond them
     placed = {p.request_name for p in placements}
+    preempter = preempt.Preempter(final, allocations_usage, policy, now)
+    preemptions = []
+    for step in (preempter.critical, preempter.reclaim):
+        waiting = [r for r in ordered if r.name not in placed]
+        won, pre = step(waiting, weights, views, groups)
+        placements = [*placements, *won]
+        placed |= {p.request_name for p in won}
+        preemptions.extend(pre)
     waiting = [r for r in ordered if r.name not in placed]
-    won, preemptions = preempt.preempt_for_critical(
-        final, waiting, weights, views, groups, allocations_usage)
+    won = borrow.borrow(final, waiting, weights, views, groups, book, policy, preempter.nodes)
     if won:
         placements = [*placements, *won]
         placed |= {p.request_name for p in won}
@@ -266,4 +278,4 @@ def greedy_plan(snapshot: Snapshot) -> Plan:
         return plan_on_state(
             FleetState.from_snapshot(snapshot), snapshot.requests, quotas=snapshot.quotas,
             allocations_usage=snapshot.allocations, policy=snapshot.policy, now=snapshot.now,
-            workload_mix=snapshot.workload_mix, use_solver=False)
+            workload_mix=snapshot.workload_mix, use_solver=False, lending=snapshot.lending)

@@ -1,79 +1,271 @@
-"""Critical work that cannot fit may preempt preemptible allocations.
+"""Preemption: critical work that cannot fit, and teams taking back their guarantee.
 
-Rule: after the plan, each critical single-node request still pending, in greedy order,
-looks at the nodes it could use (compatible, data move allowed, up). On each it frees the
-node's active allocations that are preemptible and not critical, smallest first, until the
-request fits; it takes the node that needed the fewest GPU milli freed (ties: fewest
-allocations, then row order). Those allocations become :class:`Preemption` entries of
-the plan; nothing else is ever preempted, and a request whose quota or data blocks it is
-not helped by preemption. Gangs do not preempt (all-or-nothing across nodes would need a
-search this rule does not make).
+Terms
+-----
+victim
+    One running request's allocations, all of them (a gang is preempted on every node or
+    on none). A victim is eligible only when every allocation of it is preemptible, not
+    critical, has run at least ``Policy.min_runtime_before_preemption``, and its request was
+    preempted fewer than ``Policy.max_preemptions_per_task`` times before
+    (``Allocation.preemptions``).
+work lost
+    GPU-seconds the victim has run since it started (``gpus x (now - started_at)``).
 
-Invariant: works on the plan's final cycle only (its private copy of free capacity); an
-allocation is preempted at most once.
+Rules (step 6 of :func:`gpu_pool.engine.plan.plan_on_state`, on the plan's final cycle)
+---------------------------------------------------------------------------------------
+* ``critical`` (6a): each critical single-node request still pending, in greedy order,
+  may preempt any eligible victims.
+* ``reclaim`` (6b, with ``Policy.reclaim_guarantees``): each single-node request still
+  pending whose team's group has the whole request left in its guarantee
+  (``usage + request <= guarantee``) may preempt eligible victims that run on borrowed
+  capacity (``Allocation.borrowed_from`` set), those borrowed from its own team first.
+* On each node the request could use (compatible, data move allowed, up), victims there
+  are freed in order — (reclaim: borrowed from another team last), lowest priority first,
+  then least work lost — until the request fits; among nodes it takes the set that keeps
+  the most urgent victim least urgent, then loses the least work, then has the fewest
+  victims (ties: row order). A request whose quota or data blocks it is not helped.
+* Gang requests do not preempt (all-or-nothing across nodes would need a search this rule
+  does not make). Every preemption carries the victim's grace (its own, else
+  ``Policy.preemption_grace``) and says why in a sentence.
+
+Invariants: works on the plan's final cycle only (its private copy of free capacity); a
+victim is preempted at most once per cycle; a non-preemptible or critical allocation is
+never preempted; placements won here are within guarantee, so nothing placed by reclaim
+is itself reclaimable in the same cycle.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
 
 import numpy as np
 
 from gpu_pool.engine.greedy import Cycle, fit
 from gpu_pool.engine.objective import RequestView
 from gpu_pool.engine.types import NodeAssignment, Placement, Preemption
-from gpu_pool.model import Allocation, PriorityClass, Request
+from gpu_pool.model import (
+    MILLI_PER_GPU,
+    Allocation,
+    AllocationState,
+    Policy,
+    PriorityClass,
+    Request,
+)
 
 
 def _part(a: Allocation) -> NodeAssignment:
     return NodeAssignment(a.node, a.gpu_indices, a.gpu_milli, a.cpu_milli, a.memory_mib)
 
 
-def preempt_for_critical(cycle: Cycle, pending: Sequence[Request], weights: dict[str, int],
-                         views: dict[str, RequestView], groups: dict[str, np.ndarray],
-                         allocations: Sequence[Allocation]
-                         ) -> tuple[list[Placement], list[Preemption]]:
-    """Placements won by preemption (applied to ``cycle``) and the preemptions they need."""
-    victims: dict[int, list[Allocation]] = defaultdict(list)
-    row_of = cycle.state.layout.row_of
+@dataclass(frozen=True)
+class Victim:
+    """All active allocations of one running request."""
+
+    request_name: str
+    allocations: tuple[Allocation, ...]
+    rank: int  # priority rank: 0 critical .. 4 batch
+    work_lost: float  # GPU-seconds run so far
+    borrowed_from: str | None
+    grace_s: float
+
+    @property
+    def team(self) -> str:
+        return self.allocations[0].team
+
+
+def eligible(a: Allocation, policy: Policy, now: datetime) -> bool:
+    """Whether ``a`` alone may be preempted now (see the module docstring)."""
+    return (a.preemptible and a.priority is not PriorityClass.CRITICAL
+            and a.state is AllocationState.ACTIVE
+            and now - a.started_at >= policy.min_runtime_before_preemption
+            and a.preemptions < policy.max_preemptions_per_task)
+
+
+def victims_of(allocations: Sequence[Allocation], policy: Policy, now: datetime
+               ) -> list[Victim]:
+    """Eligible victims, one per running request (gangs whole), by request name."""
+    by_request: dict[str, list[Allocation]] = defaultdict(list)
     for a in allocations:
-        if a.preemptible and a.priority is not PriorityClass.CRITICAL and a.node in row_of:
-            victims[row_of[a.node]].append(a)
-    for row in victims:
-        victims[row].sort(key=lambda a: (a.gpu_milli_total, a.request_name))
-    placements: list[Placement] = []
-    preemptions: list[Preemption] = []
-    for r in pending:
-        if r.priority is not PriorityClass.CRITICAL or r.is_gang:
+        by_request[a.request_name].append(a)
+    out = []
+    for name in sorted(by_request):
+        parts = by_request[name]
+        if not all(eligible(a, policy, now) for a in parts):
             continue
-        view, g = views[r.name], groups[r.name]
-        best: tuple[tuple[int, int, int], Cycle, list[Allocation]] | None = None
-        for row in sorted(victims):
+        first = parts[0]
+        grace = first.grace if first.grace is not None else policy.preemption_grace
+        work = sum(a.gpu_milli_total / MILLI_PER_GPU
+                   * max((now - a.started_at).total_seconds(), 0.0) for a in parts)
+        borrowed = next((a.borrowed_from for a in parts if a.borrowed_from is not None), None)
+        out.append(Victim(name, tuple(parts), first.priority.rank, work, borrowed,
+                          grace.total_seconds()))
+    return out
+
+
+class Preempter:
+    """Victims on the final cycle, shared by the critical and the reclaim steps."""
+
+    def __init__(self, cycle: Cycle, allocations: Sequence[Allocation], policy: Policy,
+                 now: datetime) -> None:
+        self.cycle = cycle
+        self.policy = policy
+        self.by_row: dict[int, list[Victim]] = defaultdict(list)
+        row_of = cycle.state.layout.row_of
+        for v in victims_of(allocations, policy, now):
+            if all(a.node in row_of for a in v.allocations):
+                for row in sorted({row_of[a.node] for a in v.allocations}):
+                    self.by_row[row].append(v)
+        self.taken: set[str] = set()
+        self.nodes: set[str] = set()  # nodes where this cycle preempted
+        # Requests of one type that found no victims: the same answer until a preemption
+        # changes the cycle (a queue of thousands of one shape searches once).
+        self._failed: set[tuple] = set()
+
+    def _key(self, r: Request, kind: str, views: dict[str, RequestView],
+             groups: dict[str, np.ndarray]) -> tuple:
+        return (kind, r.team, id(views[r.name]), id(groups[r.name]), r.gpus, r.gpu_milli,
+                r.cpu_milli, r.memory_mib, r.priority)
+
+    def _search(self, r: Request, weight: int, view: RequestView, g: np.ndarray,
+                allowed: Callable[[Victim], bool], order: Callable[[Victim], tuple],
+                first: Callable[[list[Victim]], tuple] = lambda freed: ()
+                ) -> tuple[int, list[Victim]] | None:
+        cycle = self.cycle
+        best: tuple[tuple, list[Victim]] | None = None
+        for row in sorted(self.by_row):
             if not (view.compatible[row] and view.zone_ok[row] and cycle.state.up[row]):
                 continue
+            pool = sorted((v for v in self.by_row[row]
+                           if v.request_name not in self.taken and allowed(v)), key=order)
+            if not pool:
+                continue
             trial = cycle.clone()
-            freed: list[Allocation] = []
+            freed: list[Victim] = []
             rows = np.array([row])
-            for a in victims[row]:
-                trial.release([_part(a)])
-                freed.append(a)
-                if fit(trial, r, weights[r.name], view, g, rows) is not None:
-                    cost = (sum(x.gpu_milli_total for x in freed), len(freed), row)
+            for v in pool:
+                trial.release([_part(a) for a in v.allocations])
+                freed.append(v)
+                if fit(trial, r, weight, view, g, rows) is not None:
+                    freed = self._minimal(r, weight, view, g, row, freed, order)
+                    cost = (*first(freed), -min(x.rank for x in freed),
+                            sum(x.work_lost for x in freed), len(freed), row)
                     if best is None or cost < best[0]:
-                        best = (cost, trial, freed)
+                        best = (cost, freed)
                     break
         if best is None:
-            continue
-        _, trial, freed = best
-        choice = fit(trial, r, weights[r.name], view, g, np.array([best[0][2]]))
-        assert choice is not None  # found feasible on this very trial state above
-        for a in freed:
-            cycle.release([_part(a)])
-            victims[best[0][2]].remove(a)
-            preemptions.append(Preemption(
-                a.id or f"{a.request_name}@{a.node}", a.request_name, r.name,
-                f"preempted for critical request {r.name}: it needs {a.node} and nothing "
-                "else fits"))
-        placements.append(cycle.commit(r, choice))
-    return placements, preemptions
+            return None
+        return best[0][-1], best[1]
+
+    def _minimal(self, r: Request, weight: int, view: RequestView, g: np.ndarray, row: int,
+                 freed: list[Victim], order: Callable[[Victim], tuple]) -> list[Victim]:
+        """``freed`` without the victims the request fits without, the most costly to
+        preempt (last in ``order``) dropped first."""
+        keep = list(freed)
+        for v in sorted(freed, key=order, reverse=True):
+            if len(keep) == 1:
+                break
+            rest = [x for x in keep if x is not v]
+            trial = self.cycle.clone()
+            for x in rest:
+                trial.release([_part(a) for a in x.allocations])
+            if fit(trial, r, weight, view, g, np.array([row])) is not None:
+                keep = rest
+        return keep
+
+    def _take(self, r: Request, weight: int, view: RequestView, g: np.ndarray, row: int,
+              freed: list[Victim], message: Callable[[Victim], str], kind: str
+              ) -> tuple[Placement, list[Preemption]]:
+        cycle = self.cycle
+        self._failed.clear()
+        out = []
+        for v in freed:
+            cycle.release([_part(a) for a in v.allocations])
+            self.taken.add(v.request_name)
+            for a in v.allocations:
+                self.nodes.add(a.node)
+                out.append(Preemption(a.id or f"{a.request_name}@{a.node}", a.request_name,
+                                      r.name, message(v), grace_s=v.grace_s, kind=kind))
+        choice = fit(cycle, r, weight, view, g, np.array([row]))
+        assert choice is not None  # found feasible on a trial copy of this very state
+        return cycle.commit(r, choice), out
+
+    def critical(self, pending: Sequence[Request], weights: dict[str, int],
+                 views: dict[str, RequestView], groups: dict[str, np.ndarray]
+                 ) -> tuple[list[Placement], list[Preemption]]:
+        """Critical single-node requests still pending preempt eligible victims."""
+        placements: list[Placement] = []
+        preemptions: list[Preemption] = []
+        for r in pending:
+            if r.priority is not PriorityClass.CRITICAL or r.is_gang:
+                continue
+            key = self._key(r, "critical", views, groups)
+            if key in self._failed:
+                continue
+            view, g = views[r.name], groups[r.name]
+            found = self._search(r, weights[r.name], view, g, lambda v: True,
+                                 lambda v: (-v.rank, v.work_lost, v.request_name))
+            if found is None:
+                self._failed.add(key)
+                continue
+            row, freed = found
+            node = self.cycle.state.layout.names[row]
+            placed, pre = self._take(
+                r, weights[r.name], view, g, row, freed,
+                lambda v, r=r, node=node: (
+                    f"preempted for critical request {r.name}: it needs {node} and nothing "
+                    f"else fits, grace {v.grace_s:g} s"), "critical")
+            placements.append(placed)
+            preemptions.extend(pre)
+        return placements, preemptions
+
+    def reclaim(self, pending: Sequence[Request], weights: dict[str, int],
+                views: dict[str, RequestView], groups: dict[str, np.ndarray]
+                ) -> tuple[list[Placement], list[Preemption]]:
+        """Requests within their team's guarantee take back borrowed GPUs."""
+        placements: list[Placement] = []
+        preemptions: list[Preemption] = []
+        if not self.policy.reclaim_guarantees:
+            return placements, preemptions
+        remaining = self.cycle.remaining
+        for r in pending:
+            if r.is_gang or r.gpus == 0 or not len(remaining):
+                continue
+            key = self._key(r, "reclaim", views, groups)
+            if key in self._failed:
+                continue
+            g = groups[r.name]
+            need = r.total_gpu_milli
+            live = g >= 0
+            if not live.any():
+                continue
+            within = np.zeros(len(g), dtype=bool)
+            within[live] = remaining[g[live]] >= need
+            if not within.any():
+                continue
+            view = views[r.name]
+            mine = np.where(within, g, -2)  # rows outside the guarantee are out of reach
+            team = r.team
+            found = self._search(
+                r, weights[r.name], view, mine, lambda v: v.borrowed_from is not None,
+                lambda v, team=team: (v.borrowed_from != team, -v.rank, v.work_lost,
+                                      v.request_name),
+                lambda freed, team=team: (sum(v.borrowed_from != team for v in freed),))
+            if found is None:
+                self._failed.add(key)
+                continue
+            row, freed = found
+            placed, pre = self._take(
+                r, weights[r.name], view, mine, row, freed,
+                lambda v, team=team: (f"preempted: team {team} reclaimed its guarantee, "
+                                      f"grace {v.grace_s:g} s"), "reclaim")
+            gpus = sum(a.gpu_milli_total for v in freed for a in v.allocations)
+            whose = ", ".join(sorted({f"team {v.team} ({v.request_name})" for v in freed}))
+            note = (f"reclaimed its guarantee: took back {gpus / MILLI_PER_GPU:g} GPUs "
+                    f"lent to {whose}")
+            placements.append(replace(placed, note=note))
+            preemptions.extend(pre)
+        return placements, preemptions
+

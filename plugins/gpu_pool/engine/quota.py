@@ -4,9 +4,14 @@ Terms
 -----
 group
     ``(team, purpose, model)`` or ``(team, purpose, None)`` for an any-model quota. Its
-    limit is the sum over the quotas of that key active at ``now`` of
-    ``gpus + borrow_limit_gpus`` (borrowing only ever takes idle GPUs, and the engine only
-    places on idle GPUs), in milli.
+    limit is its GUARANTEE: the sum over the quotas of that key active at ``now`` of
+    ``gpus``, in milli. ``borrow_limit_gpus`` is not part of the limit: it bounds what the
+    group may borrow beyond it (:mod:`gpu_pool.engine.borrow`, preemptible work only).
+usage
+    An active allocation with ``borrowed_from`` set (borrowed capacity) counts against its
+    group's borrowing (``borrowed_milli``) and against its lender's lending (``lent_milli``,
+    ``""`` for capacity no guarantee covers), never against a guarantee; every other active
+    allocation counts against its group's guarantee (``used_milli``).
 resolution
     A part on a node of model ``m`` draws on the model-specific group ``(t, p, m)`` when an
     active quota of that key exists, else on the any-model group ``(t, p, None)``.
@@ -18,18 +23,31 @@ off-peak lending
     With ``policy.lend_idle_off_peak`` and ``now`` in ``policy.off_peak``, batch-class or
     preemptible requests may exceed their group's limit (never a missing or expired one).
 
+lending consent
+    ``consents`` holds the :class:`~gpu_pool.model.Lending` records of the snapshot; a team
+    without one lends to every team without limit (:meth:`QuotaBook.consent`).
+
 Invariant: usage is derived from the active allocations on every build, never stored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
 
-from gpu_pool.model import MILLI_PER_GPU, Allocation, Policy, PriorityClass, Purpose, Quota, Request
+from gpu_pool.model import (
+    MILLI_PER_GPU,
+    Allocation,
+    Lending,
+    Policy,
+    PriorityClass,
+    Purpose,
+    Quota,
+    Request,
+)
 
 UNLIMITED = -1
 NO_QUOTA = -2
@@ -47,36 +65,60 @@ class QuotaBook:
     limit_milli: np.ndarray
     used_milli: np.ndarray
     inactive: frozenset[tuple[str, Purpose, str | None]]
-    lending: bool
+    lending: bool  # off-peak lending is on now (see the module docstring)
+    # Per group: the most it may borrow beyond its guarantee, and what it borrows now.
+    borrow_limit_milli: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    borrowed_milli: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # Per lender team ("" : capacity no guarantee covers): GPUs lent out now, in milli.
+    lent_milli: Mapping[str, int] = field(default_factory=dict)
+    consents: Mapping[str, Lending] = field(default_factory=dict)
 
     @classmethod
     def build(cls, quotas: Sequence[Quota], allocations: Sequence[Allocation],
-              policy: Policy, now: datetime) -> QuotaBook:
-        lending = policy.lend_idle_off_peak and policy.off_peak.contains(now)
+              policy: Policy, now: datetime, lending: Sequence[Lending] = ()) -> QuotaBook:
+        off_peak = policy.lend_idle_off_peak and policy.off_peak.contains(now)
         limits: dict[GroupKey, int] = {}
+        borrow: dict[GroupKey, int] = {}
         inactive: set[GroupKey] = set()
         for q in quotas:
             key = (q.team, q.purpose, q.gpu_model)
             if q.active_at(now):
-                limits[key] = limits.get(key, 0) + round(
-                    (q.gpus + q.borrow_limit_gpus) * MILLI_PER_GPU)
+                limits[key] = limits.get(key, 0) + round(q.gpus * MILLI_PER_GPU)
+                borrow[key] = borrow.get(key, 0) + round(q.borrow_limit_gpus * MILLI_PER_GPU)
             else:
                 inactive.add(key)
         keys = tuple(sorted(limits, key=lambda k: (k[0], k[1].value, k[2] or "")))
+        lent: dict[str, int] = {}
         book = cls(
             open_fleet=not quotas,
             keys=keys,
             limit_milli=np.array([limits[k] for k in keys], dtype=np.int64),
             used_milli=np.zeros(len(keys), dtype=np.int64),
             inactive=frozenset(inactive),
-            lending=lending,
+            lending=off_peak,
+            borrow_limit_milli=np.array([borrow[k] for k in keys], dtype=np.int64),
+            borrowed_milli=np.zeros(len(keys), dtype=np.int64),
+            lent_milli=lent,
+            consents={c.team: c for c in lending},
         )
         index = {k: i for i, k in enumerate(keys)}
         for a in allocations:
             g = book._resolve(index, a.team, a.purpose, a.gpu_model)
-            if g >= 0:
+            if a.borrowed_from is not None:
+                lent[a.borrowed_from] = lent.get(a.borrowed_from, 0) + a.gpu_milli_total
+                if g >= 0:
+                    book.borrowed_milli[g] += a.gpu_milli_total
+            elif g >= 0:
                 book.used_milli[g] += a.gpu_milli_total
         return book
+
+    def consent(self, lender: str) -> Lending:
+        """The lender's consent on record, or the default: every team, no limit."""
+        return self.consents.get(lender) or Lending(lender)
+
+    def teams(self) -> tuple[str, ...]:
+        """Teams with a live guarantee, sorted."""
+        return tuple(sorted({k[0] for k in self.keys}))
 
     def _resolve(self, index: dict[GroupKey, int], team: str, purpose: Purpose,
                  model: str | None) -> int:

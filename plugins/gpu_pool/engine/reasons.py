@@ -5,7 +5,10 @@ The first test that holds gives the reason:
 1. ``never_fits``: no node or gang of the fleet could ever hold it (:func:`never_fits`).
 2. ``data_not_ready``: its dataset is not ready.
 3. ``quota_expired``: every quota its team and purpose have is outside its validity window;
-   ``quota_exhausted``: no quota at all, or too little left on every group it could use.
+   ``quota_exhausted``: no quota at all, or too little left on every group it could use
+   and it may not borrow the rest (:func:`gpu_pool.engine.borrow.why_not` says why: not
+   preemptible, borrow limit reached, no consenting lender, no lender with enough idle);
+   a request that could borrow, but for the free capacity, goes on to the tests below.
 4. ``waiting_for_data_zone``: compatible nodes exist, but moving its data to any of them
    would take longer than ``policy.max_transfer_seconds``.
 5. ``outranked``: it fits the capacity still free after this cycle's plan, which left it out
@@ -30,12 +33,13 @@ Invariant: the functions here only read the cycles they are given.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpu_pool.engine import borrow
 from gpu_pool.engine.compat import describe_part
 from gpu_pool.engine.greedy import Cycle, candidate_rows, fit
 from gpu_pool.engine.objective import RequestView
@@ -54,6 +58,13 @@ class ReasonInputs:
     policy: Policy
     held: Held | None = None  # the starvation guard's reservations this cycle, if any
     opened: Cycle | None = None  # ``end`` with the reserved nodes open (None: none reserved)
+    # What each lender may still lend after the plan (borrow.lendable), computed once.
+    _lendable: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def lendable(self) -> dict[str, int]:
+        if not self._lendable:
+            self._lendable.update(borrow.lendable(self.book, self.end))
+        return self._lendable
 
 
 def _gpus(milli: float) -> str:
@@ -61,7 +72,10 @@ def _gpus(milli: float) -> str:
 
 
 def quota_reason(request: Request, view: RequestView, groups: np.ndarray, book: QuotaBook,
-                 remaining: np.ndarray) -> PendingReason | None:
+                 remaining: np.ndarray, policy: Policy | None = None,
+                 inputs: ReasonInputs | None = None) -> PendingReason | None:
+    """The quota reason, or None when quota does not keep ``request`` out; with ``policy``
+    and ``inputs`` (the cycle after the plan) it also says why it does not borrow."""
     if request.gpus == 0:
         return None
     g = groups[view.compatible]
@@ -75,10 +89,27 @@ def quota_reason(request: Request, view: RequestView, groups: np.ndarray, book: 
     if live.size:
         k = int(live[np.argmax(remaining[live])])
         used = book.limit_milli[k] - remaining[k]
-        return PendingReason(request.name, ReasonCode.QUOTA_EXHAUSTED,
-                             f"{book.describe(k)} exhausted: {_gpus(used)} of "
-                             f"{_gpus(book.limit_milli[k])} GPUs in use; needs {_gpus(part)} "
-                             "GPUs per node")
+        text = (f"{book.describe(k)} exhausted: {_gpus(used)} of "
+                f"{_gpus(book.limit_milli[k])} GPUs in use; needs {_gpus(part)} "
+                "GPUs per node")
+        if policy is not None and inputs is not None:
+            clause = borrow.why_not(request, book, policy, k)
+            if clause is None:
+                need = request.total_gpu_milli
+                pool = inputs.lendable()
+                lenders = [borrow.UNGUARANTEED, *borrow.lenders_for(book, request.team)]
+                most = max(pool.get(t, 0) for t in lenders)
+                if most >= need:
+                    return None  # it may borrow: what lacks is capacity (later tests)
+                clause = (f"no lender it may borrow from has {_gpus(need)} GPUs idle to "
+                          f"lend (most: {_gpus(most)})")
+            if not clause:
+                pass
+            elif clause.startswith(("held back", "quota:")):
+                text = f"{clause} ({text})"
+            else:
+                text = f"{text}; {clause}"
+        return PendingReason(request.name, ReasonCode.QUOTA_EXHAUSTED, text)
     if (g == EXPIRED).any():
         return PendingReason(request.name, ReasonCode.QUOTA_EXPIRED,
                              f"{who} has quota on these GPUs, but none valid now "
@@ -133,7 +164,8 @@ def pending_reason(request: Request, weight: int, view: RequestView, groups: np.
         uri = request.dataset.uri if request.dataset else "its input"
         return PendingReason(name, ReasonCode.DATA_NOT_READY, f"waits for its data: {uri} "
                              "is not ready")
-    q = quota_reason(request, view, groups, inputs.book, inputs.end.remaining)
+    q = quota_reason(request, view, groups, inputs.book, inputs.end.remaining, inputs.policy,
+                     inputs)
     if q is not None:
         return q
     if not (view.compatible & view.zone_ok).any():

@@ -48,7 +48,8 @@ from gpu_pool.store.events import Event
 DATASET = "daily"
 LEDGER_COLUMNS = ("allocation_id", "request_name", "team", "purpose", "node", "gpu_model",
                   "gpus", "started_at", "ended_at", "gpu_hours", "cost", "outcome",
-                  "price_per_gpu_hour", "metrics")
+                  "price_per_gpu_hour", "metrics", "borrowed_from", "off_peak", "transfer_s",
+                  "expected_wait_saved_s")
 
 
 def day_start(day: date) -> datetime:
@@ -80,6 +81,11 @@ def ledger_frame(entries: Iterable[LedgerEntry]) -> pd.DataFrame:
         "outcome": str(e.outcome.value if hasattr(e.outcome, "value") else e.outcome),
         "price_per_gpu_hour": float(e.price_per_gpu_hour),
         "metrics": json.dumps(dict(e.metrics), sort_keys=True),
+        # The lender team ("": capacity no guarantee covers; None: within its quota).
+        "borrowed_from": e.borrowed_from,
+        "off_peak": bool(e.off_peak),
+        "transfer_s": float(e.transfer_s),
+        "expected_wait_saved_s": float(e.expected_wait_saved_s),
     } for e in entries]
     frame = pd.DataFrame(rows, columns=list(LEDGER_COLUMNS))
     for col in ("started_at", "ended_at"):

@@ -24,7 +24,13 @@ from sqlalchemy import Connection, text
 
 from gpu_pool.model import Allocation, AllocationState, LedgerEntry, Outcome
 from gpu_pool.store import events
-from gpu_pool.store.codec import allocation_from_row, db_time, new_id, to_json
+from gpu_pool.store.codec import (
+    allocation_from_row,
+    allocation_params,
+    db_time,
+    new_id,
+    to_json,
+)
 
 
 def _with_gpus(conn: Connection, where: str, params: Mapping[str, object]) -> list[Allocation]:
@@ -46,6 +52,15 @@ def active_allocations(conn: Connection) -> list[Allocation]:
     return _with_gpus(conn, "state = 'active'", {})
 
 
+def preemption_counts(conn: Connection) -> dict[str, int]:
+    """Per request name, how many times it was preempted (its preempted tries: a gang's
+    allocations of one try share their start)."""
+    rows = conn.execute(text(
+        "SELECT request_name, COUNT(DISTINCT started_at) FROM allocations "
+        "WHERE state = 'preempted' GROUP BY request_name"))
+    return {name: int(count) for name, count in rows}
+
+
 def allocations_of(conn: Connection, request_name: str) -> list[Allocation]:
     """Every allocation a request ever had (any state), oldest first."""
     return _with_gpus(conn, "request_name = :name", {"name": request_name})
@@ -62,14 +77,10 @@ def create_allocation(conn: Connection, allocation: Allocation, actor: str,
     conn.execute(text(
         "INSERT INTO allocations (id, request_id, request_name, node, gpu_milli, cpu_milli, "
         "memory_mib, team, purpose, priority, gpu_model, preemptible, state, started_at, "
-        "ends_by) VALUES (:id, :rid, :rname, :node, :milli, :cpu, :mem, :team, :purpose, "
-        ":priority, :model, :preemptible, 'active', :started, :ends_by)"),
-        {"id": allocation_id, "rid": allocation.request_id, "rname": allocation.request_name,
-         "node": allocation.node, "milli": allocation.gpu_milli, "cpu": allocation.cpu_milli,
-         "mem": allocation.memory_mib, "team": allocation.team,
-         "purpose": str(allocation.purpose), "priority": str(allocation.priority),
-         "model": allocation.gpu_model, "preemptible": bool(allocation.preemptible),
-         "started": db_time(allocation.started_at), "ends_by": db_time(allocation.ends_by)})
+        "ends_by, borrowed_from, off_peak, grace_s, transfer_s, expected_wait_saved_s) "
+        "VALUES (:id, :rid, :rname, :node, :milli, :cpu, :mem, :team, :purpose, :priority, "
+        ":model, :preemptible, 'active', :started, :ends_by, :borrowed_from, :off_peak, "
+        ":grace_s, :transfer_s, :saved_s)"), allocation_params(allocation, allocation_id))
     for index in sorted(allocation.gpu_indices):  # a fixed order within one allocation
         conn.execute(text("INSERT INTO allocation_gpus (allocation_id, node, gpu_index, milli, "
                           "active) VALUES (:id, :node, :idx, :milli, :active)"),
@@ -111,18 +122,25 @@ def end_allocation(conn: Connection, allocation: Allocation, outcome: Outcome, a
         gpus=allocation.gpu_milli_total / 1000.0, started_at=allocation.started_at,
         ended_at=max(now, allocation.started_at), outcome=outcome,
         price_per_gpu_hour=price_per_gpu_hour, metrics=dict(metrics or {}),
+        borrowed_from=allocation.borrowed_from, off_peak=allocation.off_peak,
+        transfer_s=allocation.transfer_s,
+        expected_wait_saved_s=allocation.expected_wait_saved_s,
     )
     conn.execute(text(
         "INSERT INTO ledger (allocation_id, request_name, team, purpose, node, gpu_model, gpus, "
         "started_at, ended_at, gpu_hours, price_per_gpu_hour, cost, outcome, metrics, "
-        "recorded_at) VALUES (:aid, :rname, :team, :purpose, :node, :model, :gpus, :started, "
-        ":ended, :hours, :price, :cost, :outcome, :metrics, :now)"),
+        "recorded_at, borrowed_from, off_peak, transfer_s, expected_wait_saved_s) VALUES "
+        "(:aid, :rname, :team, :purpose, :node, :model, :gpus, :started, :ended, :hours, "
+        ":price, :cost, :outcome, :metrics, :now, :borrowed_from, :off_peak, :transfer_s, "
+        ":saved_s)"),
         {"aid": entry.allocation_id, "rname": entry.request_name, "team": entry.team,
          "purpose": str(entry.purpose), "node": entry.node, "model": entry.gpu_model,
          "gpus": entry.gpus, "started": db_time(entry.started_at),
          "ended": db_time(entry.ended_at), "hours": entry.gpu_hours,
          "price": entry.price_per_gpu_hour, "cost": entry.cost, "outcome": str(outcome),
-         "metrics": to_json(dict(entry.metrics)), "now": db_time(now)})
+         "metrics": to_json(dict(entry.metrics)), "now": db_time(now),
+         "borrowed_from": entry.borrowed_from, "off_peak": bool(entry.off_peak),
+         "transfer_s": float(entry.transfer_s), "saved_s": float(entry.expected_wait_saved_s)})
     events.record(conn, now, "allocation", allocation.id, f"allocation.{state}", actor, reason,
                   {"request": allocation.request_name, "outcome": str(outcome),
                    "gpu_hours": round(entry.gpu_hours, 6)})

@@ -47,6 +47,7 @@ from gpu_pool.store.allocations import (
     end_allocation,
     held_on_node,
 )
+from gpu_pool.store.codec import duration
 from gpu_pool.store.ledger import price_of
 from gpu_pool.store.requests import change_state, set_reasons
 
@@ -158,7 +159,11 @@ def place(conn: Connection, placement: Placement, now: datetime, actor: str) -> 
             team=req["team"], purpose=Purpose(req["purpose"]),
             priority=PriorityClass(req["priority"]), gpu_model=model, started_at=now,
             ends_by=ends_by, preemptible=bool(req["preemptible"]), request_id=req["id"],
-        ), actor, "placed by plan"))
+            borrowed_from=placement.borrowed_from, off_peak=bool(placement.off_peak),
+            grace=duration(req["grace_s"]),
+            transfer_s=float(placement.transfer_seconds) if placement.cross_zone else 0.0,
+            expected_wait_saved_s=float(placement.expected_wait_saved_s),
+        ), actor, placement.note or "placed by plan"))
     if not change_state(conn, req["id"], req["name"], (RequestState.PENDING,),
                         RequestState.RUNNING, actor, "placed by plan", now,
                         {"nodes": [a.node for a in made]}):

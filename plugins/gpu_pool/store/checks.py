@@ -77,6 +77,11 @@ def check_request(request: Request) -> None:
                             f"{limits.MAX_DURATION.days} days")
     if request.dataset is not None:
         _non_negative(request.dataset.size_gib, "dataset_size_gib", limits.MAX_DATASET_GIB)
+    grace = request.grace
+    if grace is not None and (not isinstance(grace, timedelta)
+                              or not timedelta(0) <= grace <= limits.MAX_DURATION):
+        raise SpecError("grace", str(grace), "a duration like 2m, 0 or more, at most "
+                        f"{limits.MAX_DURATION.days} days")
 
 
 def check_quota(quota: Quota) -> None:

@@ -129,6 +129,7 @@ def request_from_row(r: Mapping[str, Any]) -> Request:
         time_limit=duration(r["time_limit_s"]),
         estimated_runtime=duration(r["estimated_runtime_s"]),
         preemptible=bool(r["preemptible"]), submitted_at=py_time(r["submitted_at"]), id=r["id"],
+        grace=duration(r.get("grace_s")),
     )
 
 
@@ -145,7 +146,7 @@ def request_params(req: Request, request_id: str, submitted_at: datetime,
         "data_ready": bool(req.data_ready), "time_limit_s": seconds(req.time_limit),
         "estimated_runtime_s": seconds(req.estimated_runtime),
         "preemptible": bool(req.preemptible), "submitted_at": db_time(submitted_at),
-        "now": db_time(now),
+        "grace_s": seconds(req.grace), "now": db_time(now),
     }
 
 
@@ -157,7 +158,21 @@ def allocation_from_row(r: Mapping[str, Any], gpu_indices: Sequence[int]) -> All
         gpu_model=r["gpu_model"], started_at=py_time(r["started_at"]),
         ends_by=py_time(r["ends_by"]), preemptible=bool(r["preemptible"]),
         state=AllocationState(r["state"]), id=r["id"], request_id=r["request_id"],
+        borrowed_from=r.get("borrowed_from"), off_peak=bool(r.get("off_peak") or False),
+        grace=duration(r.get("grace_s")), transfer_s=float(r.get("transfer_s") or 0.0),
+        expected_wait_saved_s=float(r.get("expected_wait_saved_s") or 0.0),
     )
+
+
+def allocation_params(a: Allocation, allocation_id: str) -> dict[str, Any]:
+    return {"id": allocation_id, "rid": a.request_id, "rname": a.request_name,
+            "node": a.node, "milli": a.gpu_milli, "cpu": a.cpu_milli, "mem": a.memory_mib,
+            "team": a.team, "purpose": str(a.purpose), "priority": str(a.priority),
+            "model": a.gpu_model, "preemptible": bool(a.preemptible),
+            "started": db_time(a.started_at), "ends_by": db_time(a.ends_by),
+            "borrowed_from": a.borrowed_from, "off_peak": bool(a.off_peak),
+            "grace_s": seconds(a.grace), "transfer_s": float(a.transfer_s),
+            "saved_s": float(a.expected_wait_saved_s)}
 
 
 def ledger_from_row(r: Mapping[str, Any]) -> LedgerEntry:
@@ -167,4 +182,7 @@ def ledger_from_row(r: Mapping[str, Any]) -> LedgerEntry:
         gpus=float(r["gpus"]), started_at=py_time(r["started_at"]),
         ended_at=py_time(r["ended_at"]), outcome=Outcome(r["outcome"]),
         price_per_gpu_hour=float(r["price_per_gpu_hour"]), metrics=from_json(r["metrics"]),
+        borrowed_from=r.get("borrowed_from"), off_peak=bool(r.get("off_peak") or False),
+        transfer_s=float(r.get("transfer_s") or 0.0),
+        expected_wait_saved_s=float(r.get("expected_wait_saved_s") or 0.0),
     )

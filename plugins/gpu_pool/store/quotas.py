@@ -9,6 +9,7 @@ usage
     GPUs held now by active allocations charged to a quota: same team and purpose, and the
     allocation's GPU model equals the quota's (or the quota is for any model). One
     allocation can count against a model quota and an any-model quota of its team alike.
+    Borrowed allocations (``borrowed_from`` set) run beyond the guarantee and do not count.
 
 Invariants: usage is computed from ``allocations`` each time it is asked for — there is no
 stored counter that could drift; every set writes a ``quota.set`` event in its transaction.
@@ -101,6 +102,7 @@ def quota_usage(conn: Connection, now: datetime) -> dict[str, float]:
     usage: dict[str, float] = {}
     for quota in list_quotas(conn):
         usage[quota.id] = sum(
-            a.gpu_milli_total for a in held if quota.matches(a.team, a.purpose, a.gpu_model)
+            a.gpu_milli_total for a in held if a.borrowed_from is None
+            and quota.matches(a.team, a.purpose, a.gpu_model)
         ) / 1000.0
     return usage

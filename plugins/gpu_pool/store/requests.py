@@ -99,11 +99,12 @@ def submit_request(conn: Connection, request: Request, actor: str, now: datetime
         "gpu_models, min_gpu_memory_mib, cpu_milli, memory_mib, dataset_uri, dataset_zone, "
         "dataset_size_gib, data_ready, time_limit_s, estimated_runtime_s, preemptible, state, "
         "submitted_at, created_at, updated_at, dag_id, task_id, run_id, map_index, try_number, "
-        "executor_key) VALUES (:id, :name, :team, :purpose, :priority, :gpus, :gpu_milli, "
+        "executor_key, grace_s) VALUES (:id, :name, :team, :purpose, :priority, :gpus, "
+        ":gpu_milli, "
         ":nodes, :gpu_models, :min_gpu_memory_mib, :cpu_milli, :memory_mib, :dataset_uri, "
         ":dataset_zone, :dataset_size_gib, :data_ready, :time_limit_s, :estimated_runtime_s, "
         ":preemptible, 'pending', :submitted_at, :now, :now, :dag_id, :task_id, :run_id, "
-        ":map_index, :try_number, :executor_key)"), params)
+        ":map_index, :try_number, :executor_key, :grace_s)"), params)
     events.record(conn, now, "request", request.name, "request.submitted", actor,
                   data={"team": request.team, "gpus": request.total_gpus,
                         "priority": str(request.priority),

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ from gpu_pool.errors import ConflictError, SpecError, StoreError
 from gpu_pool.model import (
     Allocation,
     LedgerEntry,
+    Lending,
     Node,
     NodeState,
     Outcome,
@@ -46,7 +48,17 @@ from gpu_pool.model import (
     RequestState,
     Team,
 )
-from gpu_pool.store import allocations, apply, events, fleet, ledger, migrate, quotas, requests
+from gpu_pool.store import (
+    allocations,
+    apply,
+    events,
+    fleet,
+    ledger,
+    lending,
+    migrate,
+    quotas,
+    requests,
+)
 from gpu_pool.store.checks import enum_value
 from gpu_pool.store.connection import WRITE_OPTION, display_url, make_engine, sqlite_path
 
@@ -237,6 +249,23 @@ class Store:
         with self._read() as conn:
             return quotas.quota_usage(conn, now)
 
+    # -- lending ------------------------------------------------------------------------
+
+    def set_lending(self, consent: Lending, actor: str) -> Lending:
+        """Record a team's lending consent (replacing its earlier one), with its event."""
+        with self._write() as conn:
+            return lending.set_lending(conn, consent, actor, self.clock())
+
+    def lending(self) -> list[Lending]:
+        """The consents on record, by team (a team without one lends to every team)."""
+        with self._read() as conn:
+            return lending.list_lending(conn)
+
+    def revoke_lending(self, team: str, actor: str) -> Lending | None:
+        """Back to the default (every team, no limit); the consent revoked, or None."""
+        with self._write() as conn:
+            return lending.revoke_lending(conn, team, actor, self.clock())
+
     # -- requests -----------------------------------------------------------------------
 
     def submit_request(self, request: Request, actor: str, now: datetime | None = None, *,
@@ -316,13 +345,20 @@ class Store:
         from gpu_pool.engine.types import Snapshot
 
         with self._read() as conn:
+            counts = allocations.preemption_counts(conn)
+            active = [a if not counts.get(a.request_name) else replace(
+                a, preemptions=counts[a.request_name])
+                for a in allocations.active_allocations(conn)]
+            pending = [r if not counts.get(r.name) else replace(
+                r, preemptions=counts[r.name]) for r in requests.pending_requests(conn)]
             return Snapshot(
                 nodes=tuple(fleet.list_nodes(conn)),
-                allocations=tuple(allocations.active_allocations(conn)),
-                requests=tuple(requests.pending_requests(conn)),
+                allocations=tuple(active),
+                requests=tuple(pending),
                 quotas=tuple(quotas.list_quotas(conn)),
                 policy=policy,
                 now=now,
+                lending=tuple(lending.list_lending(conn)),
             )
 
     def apply_plan(self, plan: Plan, now: datetime, actor: str,

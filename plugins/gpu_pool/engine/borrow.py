@@ -1,0 +1,171 @@
+"""Borrowing beyond a guarantee, with the lender's consent.
+
+Terms
+-----
+guarantee
+    A quota's ``gpus``: what its team may always use for (purpose, model); the plan's main
+    steps (greedy, CP-SAT) place within guarantees only (:mod:`gpu_pool.engine.quota`).
+borrowing
+    A group may go beyond its guarantee by up to its quotas' ``borrow_limit_gpus``, on GPUs
+    idle in a lender's guarantee or on capacity no guarantee covers (lender ``""``).
+lendable
+    What lender team ``L`` may still lend now: ``min(idle, limit - lent)`` where ``idle``
+    is what is left of its live guarantees after the plan (its own use and this cycle's
+    placements taken off) less what it lends already, ``limit`` its
+    :class:`~gpu_pool.model.Lending` ``limit_gpus`` (none: no cap) and ``lent`` what active
+    allocations and this cycle borrow from it. Lender ``""`` has every healthy GPU of the up
+    nodes less all live guarantees less what is borrowed of it already.
+
+Rules (step 6c of :func:`gpu_pool.engine.plan.plan_on_state`, on the plan's final cycle)
+----------------------------------------------------------------------------------------
+* Nothing is borrowed in an open fleet (no quotas), with ``Policy.borrowing`` off, by a
+  request without a live quota group, or by a request that is not preemptible (a task
+  that can never be reclaimed may not hold another team's GPUs).
+* Still-pending requests are tried in the cycle's greedy order. A borrowed placement
+  borrows all its GPUs from ONE lender (``Placement.borrowed_from``): the group's borrowing
+  (``borrowed + request <= borrow limit``) and the lender's lendable must both hold the
+  whole request; lender ``""`` is tried first (nobody's guarantee), then consenting teams
+  with most lendable first, then by name. A lender lends only on nodes of a model its
+  guarantees cover (an any-model quota covers every model).
+* Nodes where this cycle preempts are not lent out again in the same cycle (no loops).
+* Capacity, headroom and node reservations hold as for every placement (the same
+  :func:`~gpu_pool.engine.greedy.fit`).
+
+Invariant: the same inputs give the same borrowing; only ``cycle`` is changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from gpu_pool.engine.greedy import Cycle, fit
+from gpu_pool.engine.objective import RequestView
+from gpu_pool.engine.quota import NO_QUOTA, QuotaBook
+from gpu_pool.engine.types import Placement
+from gpu_pool.model import MILLI_PER_GPU, Policy, Request
+
+UNGUARANTEED = ""
+
+
+def _gpus(milli: float) -> str:
+    return f"{milli / MILLI_PER_GPU:g}"
+
+
+def lendable(book: QuotaBook, cycle: Cycle) -> dict[str, int]:
+    """Milli each lender may still lend now (``""``: capacity no guarantee covers)."""
+    st = cycle.state
+    layout = st.layout
+    fleet = sum(MILLI_PER_GPU for row, node in enumerate(layout.nodes) if st.up[row]
+                for g in node.gpus if g.healthy)
+    out = {UNGUARANTEED: max(0, fleet - int(book.limit_milli.sum())
+                             - book.lent_milli.get(UNGUARANTEED, 0))}
+    idle: dict[str, int] = {}
+    for i, (team, _purpose, _model) in enumerate(book.keys):
+        idle[team] = idle.get(team, 0) + max(0, int(cycle.remaining[i]))
+    for team, free in idle.items():
+        lent = book.lent_milli.get(team, 0)
+        consent = book.consent(team)
+        room = free - lent
+        if consent.limit_gpus is not None:
+            room = min(room, round(consent.limit_gpus * MILLI_PER_GPU) - lent)
+        out[team] = max(0, room)
+    return out
+
+
+def covers(book: QuotaBook, lender: str) -> set[str | None]:
+    """GPU models ``lender``'s live guarantees cover (``None`` in the set: every model)."""
+    return {model for team, _p, model in book.keys if team == lender}
+
+
+def lenders_for(book: QuotaBook, borrower: str) -> list[str]:
+    """Teams with a live guarantee whose consent lets ``borrower`` borrow, sorted."""
+    return [t for t in book.teams() if book.consent(t).allows(borrower)]
+
+
+def borrow(cycle: Cycle, pending: Sequence[Request], weights: dict[str, int],
+           views: dict[str, RequestView], groups: dict[str, np.ndarray], book: QuotaBook,
+           policy: Policy, closed: Collection[str] = ()) -> list[Placement]:
+    """Placements of still-pending preemptible requests on borrowed capacity (applied to
+    ``cycle``); ``closed``: node names no borrower may use this cycle."""
+    if book.open_fleet or not policy.borrowing or not len(book.keys):
+        return []
+    pool = lendable(book, cycle)
+    borrowed = book.borrowed_milli.copy()
+    layout = cycle.state.layout
+    models = np.array(layout.models, dtype=object)
+    open_rows = np.ones(cycle.state.size, dtype=bool)
+    for name in closed:
+        row = layout.row_of.get(name)
+        if row is not None:
+            open_rows[row] = False
+    placements: list[Placement] = []
+    for r in pending:
+        if not r.preemptible or r.gpus == 0:
+            continue
+        g = groups[r.name]
+        need = r.total_gpu_milli
+        safe = np.maximum(g, 0)
+        ok = (g >= 0) & open_rows & (book.borrow_limit_milli[safe] - borrowed[safe] >= need)
+        if not ok.any():
+            continue
+        candidates = [UNGUARANTEED] + sorted(
+            (t for t in lenders_for(book, r.team) if t != r.team),
+            key=lambda t: (-pool.get(t, 0), t))
+        for lender in candidates:
+            if pool.get(lender, 0) < need:
+                continue
+            rows_ok = ok
+            if lender != UNGUARANTEED:
+                cover = covers(book, lender)
+                if None not in cover:
+                    rows_ok = ok & np.isin(models, list(cover))
+            if not rows_ok.any():
+                continue
+            slot = len(cycle.remaining)
+            trial_groups = np.where(rows_ok, slot, NO_QUOTA).astype(np.int64)
+            trial = Cycle(cycle.state, np.append(cycle.remaining, need), cycle.headroom,
+                          cycle.mix, cycle.budget, cycle.decisions)
+            choice = fit(trial, r, weights[r.name], views[r.name], trial_groups)
+            if choice is None:
+                continue
+            placed = trial.commit(r, choice)
+            cycle.budget = trial.budget
+            cycle._blocks = None
+            pool[lender] -= need
+            for row in choice.rows:
+                borrowed[int(g[row])] += r.gpus * r.gpu_milli
+            where = (f"idle in team {lender}'s quota" if lender
+                     else "no team's guarantee covers")
+            note = f"borrowed {_gpus(need)} GPUs {where}; preemptible, may be reclaimed"
+            placements.append(replace(placed, borrowed_from=lender, note=note))
+            break
+    return placements
+
+
+def why_not(request: Request, book: QuotaBook, policy: Policy, group: int) -> str | None:
+    """Why ``request``, whose guarantee in ``group`` is used up, does not borrow: a clause
+    for its pending reason, or None when borrowing was possible in principle (then it is
+    capacity that lacks); ``""`` when there is nothing to add (its quota allows no
+    borrowing)."""
+    if book.open_fleet:
+        return None
+    limit = int(book.borrow_limit_milli[group])
+    if limit <= 0:
+        return ""
+    if not policy.borrowing:
+        return "borrowing beyond guarantees is off"
+    if not request.preemptible:
+        return "held back: not preemptible, so it may not borrow beyond its guarantee"
+    need = request.total_gpu_milli
+    used = int(book.borrowed_milli[group])
+    if used + need > limit:
+        return (f"it borrows {_gpus(used)} of its {_gpus(limit)} GPU borrow limit already; "
+                f"needs {_gpus(need)}")
+    others = [t for t in lenders_for(book, request.team) if t != request.team]
+    if not others and int(book.limit_milli.sum()) > 0:
+        return (f"quota: team {request.team} may borrow only from teams that consent "
+                "(none do)")
+    return None
