@@ -182,10 +182,6 @@ def test_critical_work_preempts_and_the_victim_resumes_and_completes() -> None:
         assert vend >= vstart + vjob.duration + n * (grace + config.restart_overhead_s) - 1e-6
 
 
-@pytest.mark.xfail(strict=True, reason="needs the lending branch's engine: borrowing only "
-                   "with Policy.borrowing, and reclaim of a guarantee (engine/borrow.py, "
-                   "preempt.py kind='reclaim'); the engine here counts borrow_limit_gpus as "
-                   "quota and never reclaims")
 def test_a_lent_guarantee_is_reclaimed_within_heartbeat_plus_grace() -> None:
     # Train (guarantee 2) borrows inference's 2 idle GPUs; two inference tasks (LS, high,
     # within inference's guarantee) arrive 30 min later and take them back.
@@ -207,9 +203,6 @@ def test_a_lent_guarantee_is_reclaimed_within_heartbeat_plus_grace() -> None:
     assert summary["teams"]["inference"]["longest_below_guarantee_with_work_s"] <= 60 + grace
 
 
-@pytest.mark.xfail(strict=True, reason="needs the lending branch's engine: with "
-                   "Policy.borrowing off a team stays within its guarantee; the engine here "
-                   "lets it use guarantee + borrow_limit_gpus")
 def test_without_sharing_a_team_stays_within_its_guarantee() -> None:
     arrive = 9 * HOUR + 1800
     trace = scenario(task("i0", "LS", arrive, HOUR))
