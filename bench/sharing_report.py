@@ -1,5 +1,6 @@
-"""Sharing policy in the replay: the engine with borrowing, reclaim and off-peak lending
-against the same engine with all three off, on the same trace, seeds and fleet share.
+"""Sharing policy in the replay: the engine with borrowing, reclaim and off-peak lending,
+with borrowing and reclaim only, and with all three off, on the same trace, seeds and
+fleet share.
 
     .venv/bin/python bench/sharing_report.py [--traces ../shared/traces] [--trace default]
         [--fleet-fraction 0.004] [--seeds 42-43] [--compress 1,2] [--out docs/benchmarks]
@@ -38,7 +39,7 @@ from gpu_pool.sim.sharing import sharing_off  # noqa: E402
 from gpu_pool.sim.teams import TEAMS  # noqa: E402
 from gpu_pool.sim.trace import load_trace  # noqa: E402
 
-ARMS = ("sharing", "off")
+ARMS = ("sharing", "borrowing", "off")
 CLASSES = ("critical", "high", "normal", "low", "batch")
 
 
@@ -50,7 +51,8 @@ def machine() -> str:
 
 
 def run_arm(trace, arm: str, seed: int, args: argparse.Namespace, compress: float):
-    policy = Policy() if arm == "sharing" else sharing_off()
+    policy = {"sharing": Policy(), "borrowing": Policy(lend_idle_off_peak=False),
+              "off": sharing_off()}[arm]
     config = ReplayConfig(fleet_fraction=args.fleet_fraction, sample=args.sample, seed=seed,
                           teams=4, policy=policy, heartbeat_s=args.heartbeat,
                           compress=compress)
@@ -103,9 +105,11 @@ def header(args: argparse.Namespace, trace_name: str, fleet_gpus: int, host: str
         f"Machine: {host}.",
         "",
         "**sharing**: `Policy()` defaults (borrowing on, reclaim on, off-peak lending on, "
-        "grace 120 s, minimum runtime 10 min, at most 2 preemptions per task). **off**: the "
-        "same with `borrowing=False, reclaim_guarantees=False, lend_idle_off_peak=False`. "
-        "Same teams, quotas, seeds and fleet share in both. Each load divides the trace's "
+        "grace 120 s, minimum runtime 10 min, at most 2 preemptions per task). "
+        "**borrowing**: the same with off-peak lending off (`lend_idle_off_peak=False`): "
+        "borrowing with consent and reclaim only. **off**: the same with `borrowing=False, "
+        "reclaim_guarantees=False, lend_idle_off_peak=False`. Same teams, quotas, seeds and "
+        "fleet share in all three. Each load divides the trace's "
         "arrival times by K (durations kept): K = 1 is the trace's own timestamps, K = 2 "
         "offers twice the load.",
         "",
@@ -115,21 +119,21 @@ def header(args: argparse.Namespace, trace_name: str, fleet_gpus: int, host: str
 def render(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace, compress: float,
            plot: str) -> list[str]:
     first = rows["sharing"][0]["sharing"]
-    off0 = rows["off"][0]["sharing"]
     lines = [
         f"## Load K = {compress:g}",
         "",
         "Teams (first seed):",
         "",
-        "| team | rule | tasks | p95 demand (GPUs) | guarantee | mean held, sharing | "
-        "mean held, off |",
-        "|---|---|---|---|---|---|---|",
+        "| team | rule | tasks | p95 demand (GPUs) | guarantee | "
+        + " | ".join(f"mean held, {arm}" for arm in ARMS) + " |",
+        "|---" * (5 + len(ARMS)) + "|",
     ]
     for t in TEAMS:
-        a, b = first["teams"][t.name], off0["teams"][t.name]
+        a = first["teams"][t.name]
+        held = " | ".join(f"{rows[arm][0]['sharing']['teams'][t.name]['mean_held_gpus']:.1f}"
+                          for arm in ARMS)
         lines.append(f"| {t.name} ({t.purpose.value}) | {t.what} | {a['tasks']} | "
-                     f"{a['demand_p95_gpus']:.1f} | {a['guarantee_gpus']} | "
-                     f"{a['mean_held_gpus']:.1f} | {b['mean_held_gpus']:.1f} |")
+                     f"{a['demand_p95_gpus']:.1f} | {a['guarantee_gpus']} | {held} |")
     lines += [
         "",
         "Results:",
@@ -226,7 +230,7 @@ def plot_teams(results: dict[str, Any], out: Path, compress: float) -> str:
     fig, axes = plt.subplots(len(TEAMS), 1, figsize=(9, 2.2 * len(TEAMS)), sharex=True)
     for ax, (i, t) in zip(axes, enumerate(TEAMS), strict=True):
         guarantee = None
-        for arm, style in (("sharing", "-"), ("off", "--")):
+        for arm, style in (("sharing", "-"), ("borrowing", "-."), ("off", "--")):
             r = results[arm]
             rec = r.sharing
             begin, end = window_of([j.arrival for j in r.jobs])
