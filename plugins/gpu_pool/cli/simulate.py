@@ -65,6 +65,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     replay.add_argument("--policy-file", metavar="FILE",
                         help="engine: a sharing-policy YAML document (gpu-pool policy check); "
                              "--reserve-after and --max-reservations override it")
+    replay.add_argument("--teams", default="0", metavar="4",
+                        help="engine: give the tasks to four teams with guarantees "
+                             "(inference, train, pretrain, research; see gpu_pool.sim.teams) "
+                             "and replay quotas, borrowing, reclaim and preemption")
+    replay.add_argument("--no-sharing", action="store_true",
+                        help="with --teams: borrowing, reclaim and off-peak lending off "
+                             "(the baseline of bench/sharing_report.py)")
+    replay.add_argument("--restart-overhead", default="60", metavar="SECONDS",
+                        help="with --teams: a preempted task spends this long reloading its "
+                             "checkpoint when it restarts (default 60)")
+    replay.add_argument("--compress", default="1", metavar="K",
+                        help="divide arrival times by K, durations kept: K times the offered "
+                             "load (default 1: the trace's own timestamps)")
     replay.set_defaults(func=replay_handler)
 
 
@@ -113,13 +126,25 @@ def _policy_file(args: argparse.Namespace, placer: str) -> Any:
 
 def replay_handler(args: argparse.Namespace) -> int:
     from gpu_pool.sim.replay import ReplayConfig, replay_summary, run_replay
+    from gpu_pool.sim.teams import parse_teams
 
     if args.policy not in REPLAY_POLICIES:
         raise SpecError("policy", args.policy, "one of " + ", ".join(REPLAY_POLICIES))
     day = 86_400.0
     engine_policy = _policy_file(args, args.policy)
+    teams = parse_teams(args.teams)
+    if teams and args.policy != "engine":
+        raise SpecError("teams", args.teams, "teams only with --policy engine (the baselines "
+                        "know no quotas)")
+    if args.no_sharing and not teams:
+        raise SpecError("no-sharing", "without --teams", "--teams 4 with it (it turns the "
+                        "teams' borrowing, reclaim and off-peak lending off)")
+    overhead = parse_number(args.restart_overhead, "restart-overhead", maximum=day)
+    if args.no_sharing:
+        from gpu_pool.sim.sharing import sharing_off
+
+        engine_policy = sharing_off(engine_policy)
     config = ReplayConfig(
-        policy=engine_policy,
         heartbeat_s=parse_number(args.heartbeat, "heartbeat", maximum=day, strict=True),
         sample=parse_number(args.sample, "sample", maximum=1, strict=True),
         seed=parse_int(args.seed, "seed", minimum=0, maximum=2**32 - 1),
@@ -130,7 +155,9 @@ def replay_handler(args: argparse.Namespace) -> int:
         reserve_after_s=None if args.reserve_after is None else parse_number(
             args.reserve_after, "reserve-after", maximum=limits.MAX_DURATION.total_seconds()),
         max_reservations=None if args.max_reservations is None else parse_int(
-            args.max_reservations, "max-reservations", minimum=0, maximum=10_000))
+            args.max_reservations, "max-reservations", minimum=0, maximum=10_000),
+        policy=engine_policy, teams=teams, restart_overhead_s=overhead,
+        compress=parse_number(args.compress, "compress", maximum=1000, strict=True))
     trace = load_trace(args.nodes, args.pods)
     result = run_replay(trace, args.policy, config)
     summary = replay_summary(result)
@@ -156,3 +183,24 @@ def _print_replay(s: dict[str, Any]) -> None:
     c = s["cycle_ms"]
     print(f"solve time per cycle: median {c['median']:.2f} ms, p95 {c['p95']:.2f} ms, "
           f"max {c['max']:.1f} ms")
+    if "sharing" in s:
+        _print_sharing(s["sharing"])
+
+
+def _print_sharing(sh: dict[str, Any]) -> None:
+    p = sh["policy"]
+    print(f"teams on {sh['fleet_gpus']} GPUs; borrowing {'on' if p['borrowing'] else 'off'}, "
+          f"reclaim {'on' if p['reclaim_guarantees'] else 'off'}, off-peak lending "
+          f"{'on' if p['lend_idle_off_peak'] else 'off'}")
+    print(f"{'team':>10} {'tasks':>6} {'guarantee':>9} {'mean held':>9} "
+          f"{'longest below guarantee with work, s':>37}")
+    for name, t in sh["teams"].items():
+        print(f"{name:>10} {t['tasks']:>6} {t['guarantee_gpus']:>9} {t['mean_held_gpus']:>9.1f} "
+              f"{t['longest_below_guarantee_with_work_s']:>37.0f}")
+    off = sh["off_peak_allocation_when_queued_pct"]
+    print("off-peak GPU allocation % while work was queued: "
+          + ("no such time" if off is None else f"{off:.1f}"))
+    print(f"preemptions: {sh['preemptions']} ({sh['preemptions_per_hour']:.2f}/h, "
+          f"{sh['preemptions_moot']} moot), most of one task {sh['max_preemptions_of_a_task']}; "
+          f"GPU-hours lost {sh['gpu_hours_lost']:.1f} ({sh['lost_pct']:.2f}% of "
+          f"{sh['gpu_hours_held']:.1f} held)")

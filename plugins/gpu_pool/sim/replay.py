@@ -22,6 +22,10 @@ Policies
 engine
     :func:`gpu_pool.engine.plan_on_state` over the pending queue (head of at most
     ``max_cycle_tasks`` in priority then arrival order), priorities and aging included.
+engine with teams (``ReplayConfig.teams``, ``--teams 4``)
+    The tasks belong to four teams with guarantees (:mod:`gpu_pool.sim.teams`); the engine
+    gets quotas and the active allocations, may borrow, reclaim and preempt, and a
+    preempted task stops after its grace period and requeues (:mod:`gpu_pool.sim.sharing`).
 fifo
     A plain Airflow pool: one counter of GPU slots (the fleet's GPUs; a task takes
     ``ceil(GPUs asked)``, CPU-only tasks none), first come first served; the head starts when
@@ -43,7 +47,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,12 +55,15 @@ from gpu_pool.engine import FleetState, plan_on_state
 from gpu_pool.engine.fragmentation import MILLI, FleetFragmentation
 from gpu_pool.engine.types import NodeAssignment, Placement
 from gpu_pool.errors import SpecError
-from gpu_pool.model import Policy, PriorityClass
+from gpu_pool.model import Policy, PriorityClass, Purpose
 from gpu_pool.sim.baselines import BestFitPlacer, FirstFitPlacer
-from gpu_pool.sim.engine_policy import SIM_EPOCH, domain_node, domain_request
+from gpu_pool.sim.engine_policy import SIM_EPOCH, SIM_TEAM, domain_node, domain_request
 from gpu_pool.sim.fleet import SimFleet
 from gpu_pool.sim.packing import engine_mix, typical_mix
 from gpu_pool.sim.trace import Trace, TraceTask
+
+if TYPE_CHECKING:
+    from gpu_pool.sim.sharing import SharingRecord
 
 QOS_PRIORITY = {
     "Guaranteed": PriorityClass.CRITICAL,
@@ -79,6 +86,18 @@ class ReplayConfig:
     max_reservations: int | None = None
     # The engine's policy (``--policy-file``); None: Policy(). The two above override it.
     policy: Policy | None = None
+    # Teams mode (gpu_pool.sim.teams): 0 off, 4 the built-in four teams with quotas.
+    teams: int = 0
+    # Teams mode: a preempted task spends this long reloading its checkpoint on restart.
+    restart_overhead_s: float = 60.0
+    # Teams mode: while work waits, a cycle runs at least this often (None: only on events
+    # and on the times at which time alone may change the plan, see gpu_pool.sim.sharing).
+    wake_s: float | None = None
+    # Teams mode: fixed (team, guaranteed GPUs) pairs instead of the demand-derived ones
+    # (a team not listed has no quota, so gets nothing); for hand-built scenarios.
+    guarantees: tuple[tuple[str, int], ...] = ()
+    # Arrival times divided by this (durations kept): the offered load grows this much.
+    compress: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +107,14 @@ class Job:
     arrival: int
     duration: int
     priority: PriorityClass
+    team: str = SIM_TEAM
+    purpose: Purpose = Purpose.TRAINING
+    preemptible: bool = False
+
+    @property
+    def gpus(self) -> float:
+        """GPUs held while it runs (a share counts its fraction)."""
+        return self.task.total_gpu_milli / MILLI
 
 
 @dataclass(frozen=True)
@@ -101,6 +128,7 @@ class ReplayResult:
     frag_pct: tuple[float, ...]  # FGD fragmentation, % of free GPU milli, after each cycle
     cycle_seconds: tuple[float, ...]
     end_time: float
+    sharing: SharingRecord | None = None  # teams mode only
 
 
 def jobs_of(trace: Trace, config: ReplayConfig) -> list[Job]:
@@ -118,7 +146,9 @@ def jobs_of(trace: Trace, config: ReplayConfig) -> list[Job]:
         began = t.scheduled_time if t.scheduled_time is not None else t.creation_time
         duration = max(1, int(t.deletion_time) - int(began))  # type: ignore[arg-type]
         prio = QOS_PRIORITY.get(t.qos or "", PriorityClass.NORMAL)
-        jobs.append((int(t.creation_time), t, duration, prio))  # type: ignore[arg-type]
+        arrival = int(t.creation_time) if config.compress == 1 else int(
+            t.creation_time / config.compress)  # type: ignore[operator]
+        jobs.append((arrival, t, duration, prio))  # type: ignore[arg-type]
     jobs.sort(key=lambda j: (j[0], j[1].name))
     return [Job(i, t, a, d, p) for i, (a, t, d, p) in enumerate(jobs)]
 
@@ -231,8 +261,16 @@ class _Runner:
 
 def run_replay(trace: Trace, policy: str, config: ReplayConfig = ReplayConfig()) -> ReplayResult:
     jobs = jobs_of(trace, config)
+    full = trace
     trace = fleet_share(trace, config.fleet_fraction, config.seed)
     runner = _Runner(trace, policy, config)
+    if config.teams:
+        if policy != "engine":
+            raise SpecError("teams", config.teams, "teams only with --policy engine (the "
+                            "baselines know no quotas)")
+        from gpu_pool.sim.sharing import run_shared
+
+        return run_shared(full, jobs, config, runner)
     hb = config.heartbeat_s
     start: list[float | None] = [None] * len(jobs)
     running: list[tuple[float, int, int, tuple[int, ...]]] = []  # (end, job, node, cols)
@@ -353,4 +391,11 @@ def replay_summary(result: ReplayResult) -> dict[str, Any]:
         "cycle_ms": {"median": float(np.median(cyc)), "p95": float(np.percentile(cyc, 95)),
                      "max": float(cyc.max())},
         "qos_to_priority": {k: v.value for k, v in QOS_PRIORITY.items()},
+        **({"sharing": _sharing(result)} if result.sharing is not None else {}),
     }
+
+
+def _sharing(result: ReplayResult) -> dict[str, Any]:
+    from gpu_pool.sim.sharing import sharing_summary
+
+    return sharing_summary(result)

@@ -1,0 +1,305 @@
+"""Teams mode of the replay: the team rules, the guarantees, the accounting of preemptions,
+and hand-built scenarios where a guarantee is lent out and taken back."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpu_pool.errors import SpecError
+from gpu_pool.model import PriorityClass, Purpose
+from gpu_pool.sim.replay import ReplayConfig, jobs_of, replay_summary, run_replay
+from gpu_pool.sim.sharing import assign_owners, sharing_off
+from gpu_pool.sim.teams import (
+    TEAM_NAMES,
+    burst_hours,
+    concurrent_demand,
+    guarantees,
+    owner_of,
+    parse_teams,
+)
+from gpu_pool.sim.trace import Trace, TraceNode, TraceTask, load_trace
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+HOUR = 3600
+
+
+def excerpt() -> Trace:
+    return load_trace(DATA / "openb_nodes_excerpt.csv", DATA / "openb_pods_excerpt.csv")
+
+
+@pytest.mark.parametrize(("qos", "duration", "arrival", "burst", "want", "gpus"), [
+    ("Guaranteed", 10 * HOUR, 3 * HOUR, False, ("inference", PriorityClass.CRITICAL, False),
+     8),
+    ("LS", HOUR, 3 * HOUR, True, ("inference", PriorityClass.HIGH, False), 1),
+    ("LS", HOUR, 3 * HOUR, True, ("inference", PriorityClass.HIGH, False), 0.3),
+    ("LS", HOUR, 3 * HOUR, False, ("train", PriorityClass.NORMAL, True), 8),
+    ("LS", HOUR, 3 * HOUR, True, ("research", PriorityClass.LOW, True), 2),
+    ("LS", 5 * HOUR, 9 * HOUR, False, ("train", PriorityClass.NORMAL, True), 1),
+    ("BE", 4 * HOUR, 20 * HOUR, True, ("pretrain", PriorityClass.BATCH, True), 1),
+    ("BE", 4 * HOUR, 31 * HOUR + 5, False, ("pretrain", PriorityClass.BATCH, True), 1),
+    ("BE", 600, 13 * HOUR, True, ("research", PriorityClass.LOW, True), 1),
+    ("Burstable", 600, 13 * HOUR, False, ("train", PriorityClass.NORMAL, True), 1),
+    (None, 60, 2 * HOUR, False, ("train", PriorityClass.NORMAL, True), 0),
+])
+def test_team_rules(qos, duration, arrival, burst, want, gpus) -> None:
+    bursts = frozenset({arrival // HOUR}) if burst else frozenset()
+    o = owner_of(qos, duration, arrival, gpus, bursts)
+    assert (o.team, o.priority, o.preemptible) == want
+    assert o.purpose == {"inference": Purpose.INFERENCE, "train": Purpose.TRAINING,
+                         "pretrain": Purpose.PRETRAINING, "research": Purpose.TRAINING}[o.team]
+
+
+def test_assignment_is_deterministic_and_covers_the_excerpt() -> None:
+    trace = excerpt()
+    jobs = jobs_of(trace, ReplayConfig())
+    first = [(j.team, j.priority, j.preemptible) for j in assign_owners(trace, jobs)]
+    again = [(j.team, j.priority, j.preemptible) for j in assign_owners(trace, jobs)]
+    assert first == again
+    teams = [t for t, _, _ in first]
+    assert set(teams) == set(TEAM_NAMES)  # every team gets work, every task a team
+    assert len(teams) == len(jobs) == 400
+    # Inference is never preemptible; everything else is.
+    assert all(p is False for t, _, p in first if t == "inference")
+    assert all(p is True for t, _, p in first if t != "inference")
+
+
+def test_burst_hours_are_the_busiest_tenth() -> None:
+    arrivals = [0] * 10 + [HOUR] * 2 + [2 * HOUR] * 3 + [3 * HOUR]
+    assert burst_hours(arrivals) == frozenset({0})
+
+
+def test_concurrent_demand_by_hand() -> None:
+    # a: 2 GPUs on [0, 1200); b: 1 GPU on [600, 700); c: 0.5 on [1200, 2400).
+    level = concurrent_demand(np.array([0, 600, 1200.0]), np.array([1200, 100, 1200.0]),
+                              np.array([2, 1, 0.5]), 0, 2400)
+    # Samples at 0, 600 (b starts: counted), 1200 (a ends: gone; c starts), 1800.
+    assert list(level) == [2.0, 3.0, 0.5, 0.5]
+
+
+def test_guarantees_add_up_to_the_fleet() -> None:
+    got = guarantees({"a": 7.0, "b": 21.0, "c": 28.0, "d": 1.0}, 69)
+    assert sum(got.values()) == 69 and min(got.values()) >= 1
+    assert got["c"] > got["b"] > got["a"] > got["d"]
+    assert guarantees({"a": 0.0, "b": 0.0}, 5) in ({"a": 3, "b": 2}, {"a": 2, "b": 3})
+    with pytest.raises(SpecError, match="fleet GPUs"):
+        guarantees({"a": 1.0, "b": 1.0, "c": 1.0}, 2)
+
+
+def test_teams_flag_values() -> None:
+    assert parse_teams("4") == 4 and parse_teams("0") == 0
+    with pytest.raises(SpecError, match="teams"):
+        parse_teams("3")
+    with pytest.raises(SpecError, match="engine"):
+        run_replay(excerpt(), "fifo", ReplayConfig(teams=4))
+
+
+def check_accounting(result) -> None:
+    """The invariants every teams-mode run keeps (see gpu_pool.sim.sharing)."""
+    rec = result.sharing
+    assert max(result.allocated) <= 1 + 1e-9
+    for job, s, f, held, lost, n in zip(result.jobs, result.start, rec.finished,
+                                        rec.held_gpu_s, rec.lost_gpu_s, rec.preempted,
+                                        strict=True):
+        if s is None:
+            continue
+        assert f is not None, f"{job.task.name} started and never ended"
+        assert held == pytest.approx(job.gpus * job.duration + lost, abs=1e-6)
+        assert lost >= -1e-9
+        stops = [e for e in rec.preemptions if e.victim == job.index and not e.moot]
+        assert n == len(stops)
+        if n == 0:
+            assert lost == pytest.approx(0, abs=1e-9)
+    stops = [e for e in rec.preemptions if not e.moot]
+    assert sum(rec.lost_gpu_s) == pytest.approx(sum(e.lost_gpu_s for e in stops))
+    summary = replay_summary(result)["sharing"]
+    assert summary["gpu_hours_held"] == pytest.approx(
+        summary["useful_gpu_hours"] + summary["gpu_hours_lost"])
+
+
+@pytest.mark.parametrize("sharing", [True, False])
+def test_excerpt_replay_with_teams_is_consistent(sharing: bool) -> None:
+    config = ReplayConfig(fleet_fraction=0.05, teams=4,
+                          policy=None if sharing else sharing_off())
+    result = run_replay(excerpt(), "engine", config)
+    check_accounting(result)
+    summary = replay_summary(result)
+    sh = summary["sharing"]
+    assert summary["never_started"] == 0 and sh["unfinished"] == 0
+    assert sum(t["tasks"] for t in sh["teams"].values()) == 400
+    assert sum(t["guarantee_gpus"] for t in sh["teams"].values()) == sh["fleet_gpus"]
+    assert sh["policy"]["borrowing"] is sharing
+    # GPU-hours conserved: what the trace asks, plus what preemption lost.
+    asked = sum(j.gpus * j.duration for j in result.jobs) / 3600
+    assert sh["gpu_hours_held"] == pytest.approx(asked + sh["gpu_hours_lost"])
+
+
+def node4() -> TraceNode:
+    return TraceNode("n", 64000, 262144, 4, "T4")
+
+
+def task(name: str, qos: str, at: int, runs: int, gpus: int = 1) -> TraceTask:
+    return TraceTask(name, 1000, 1024, gpus, 1000, frozenset(), qos, "Running", at, at + runs,
+                     at)
+
+
+def scenario(*late: TraceTask) -> Trace:
+    # Four 10-hour train tasks (BE, arriving 09:00: rule 3) fill the node; ``late`` come after.
+    early = tuple(task(f"t{k}", "BE", 9 * HOUR, 10 * HOUR) for k in range(4))
+    return Trace((node4(),), early + late, "nodes", "pods")
+
+
+def by_name(result) -> dict[str, tuple]:
+    rec = result.sharing
+    return {j.task.name: (j, s, f, n) for j, s, f, n in
+            zip(result.jobs, result.start, rec.finished, rec.preempted, strict=True)}
+
+
+GUARANTEES = (("inference", 2), ("train", 2))
+
+
+def test_critical_work_preempts_and_the_victim_resumes_and_completes() -> None:
+    arrive = 9 * HOUR + 1800
+    trace = scenario(task("c", "Guaranteed", arrive, HOUR))
+    config = ReplayConfig(heartbeat_s=60, teams=4, guarantees=GUARANTEES)
+    result = run_replay(trace, "engine", config)
+    check_accounting(result)
+    got = by_name(result)
+    job, start, _, _ = got["c"]
+    grace = max((e.grace_s for e in result.sharing.preemptions), default=math.inf)
+    assert start is not None and start - arrive <= 60 + grace
+    victims = [name for name, (_, _, _, n) in got.items() if n]
+    assert victims and "c" not in victims  # only the preemptible train tasks are stopped
+    for name in victims:
+        vjob, vstart, vend, n = got[name]
+        assert vjob.preemptible and vend is not None
+        lost = result.sharing.lost_gpu_s[vjob.index]
+        assert lost == pytest.approx(n * (grace + config.restart_overhead_s))
+        # It resumed with the work it had left at the SIGTERM and finished all of it.
+        assert vend >= vstart + vjob.duration + n * (grace + config.restart_overhead_s) - 1e-6
+
+
+def test_a_lent_guarantee_is_reclaimed_within_heartbeat_plus_grace() -> None:
+    # Train (guarantee 2) borrows inference's 2 idle GPUs; two inference tasks (LS, high,
+    # within inference's guarantee) arrive 30 min later and take them back.
+    arrive = 9 * HOUR + 1800
+    trace = scenario(task("i0", "LS", arrive, HOUR), task("i1", "LS", arrive, HOUR))
+    config = ReplayConfig(heartbeat_s=60, teams=4, guarantees=GUARANTEES)
+    result = run_replay(trace, "engine", config)
+    check_accounting(result)
+    got = by_name(result)
+    assert result.sharing.borrowed_starts >= 2
+    grace = config.policy.preemption_grace.total_seconds() if config.policy else 120.0
+    for name in ("i0", "i1"):
+        _, start, _, _ = got[name]
+        assert start is not None and start - arrive <= 60 + grace
+    kinds = {e.kind for e in result.sharing.preemptions}
+    assert kinds == {"reclaim"}
+    assert sorted(n for _, _, _, n in got.values()) == [0, 0, 0, 0, 1, 1]
+    summary = replay_summary(result)["sharing"]
+    assert summary["teams"]["inference"]["longest_below_guarantee_with_work_s"] <= 60 + grace
+
+
+def test_without_sharing_a_team_stays_within_its_guarantee() -> None:
+    arrive = 9 * HOUR + 1800
+    trace = scenario(task("i0", "LS", arrive, HOUR))
+    result = run_replay(trace, "engine", ReplayConfig(heartbeat_s=60, teams=4,
+                                                      guarantees=GUARANTEES,
+                                                      policy=sharing_off()))
+    check_accounting(result)
+    got = by_name(result)
+    starts = sorted(s for name, (_, s, _, _) in got.items() if name.startswith("t"))
+    assert starts[:2] == [9 * HOUR, 9 * HOUR]
+    assert starts[2] >= 19 * HOUR  # the other two wait for the first two to end
+    assert got["i0"][1] - arrive <= 60  # inference's guarantee was never lent
+    assert result.sharing.preemptions == ()
+
+
+def test_compress_divides_arrivals_and_keeps_durations() -> None:
+    trace = excerpt()
+    plain = jobs_of(trace, ReplayConfig())
+    fast = jobs_of(trace, ReplayConfig(compress=2))
+    assert [j.task.name for j in plain] == [j.task.name for j in fast]
+    assert [j.duration for j in plain] == [j.duration for j in fast]
+    assert [j.arrival for j in fast] == [int(j.task.creation_time / 2) for j in plain]
+
+
+def test_cli_replay_with_teams(capsys: pytest.CaptureFixture[str]) -> None:
+    from gpu_pool.cli import main
+
+    base = ["simulate", "replay", "--nodes", str(DATA / "openb_nodes_excerpt.csv"), "--pods",
+            str(DATA / "openb_pods_excerpt.csv"), "--policy", "engine", "--fleet-fraction",
+            "0.05", "--teams", "4"]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert "borrowing on, reclaim on, off-peak lending on" in out
+    for team in TEAM_NAMES:
+        assert f"\n{team:>10} " in out
+    assert "GPU-hours lost" in out
+    assert main([*base, "--no-sharing", "--json"]) == 0
+    import json
+
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["sharing"]["policy"]["borrowing"] is False
+    assert summary["sharing"]["policy"]["lend_idle_off_peak"] is False
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--policy", "fifo", "--teams", "4"], "teams: got '4'; expected teams only with "
+     "--policy engine"),
+    (["--policy", "engine", "--teams", "2"], "teams: got '2'; expected 4"),
+    (["--policy", "engine", "--no-sharing"], "no-sharing: got 'without --teams'; expected "
+     "--teams 4 with it"),
+    (["--policy", "engine", "--teams", "4", "--restart-overhead", "-1"],
+     "restart-overhead: got '-1'"),
+    (["--policy", "engine", "--compress", "0"], "compress: got '0'"),
+])
+def test_cli_bad_team_flags_exit_2(extra: list[str], message: str,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from gpu_pool.cli import main
+
+    argv = ["simulate", "replay", "--nodes", str(DATA / "openb_nodes_excerpt.csv"), "--pods",
+            str(DATA / "openb_pods_excerpt.csv"), *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_a_peak_preemption_without_a_winner_stops_and_requeues(monkeypatch) -> None:
+    # The engine here has no peak reclaim (the offpeak branch adds it): a stand-in engine
+    # places the one task, then, at the first cycle at or after 08:00, preempts it as the
+    # peak would (no request wins it); it must stop after grace, requeue and finish.
+    from gpu_pool.engine.types import Plan, Preemption
+    from gpu_pool.sim import sharing
+
+    real = sharing.plan_on_state
+    calls = {"peak": 0}
+
+    def engine(state, requests, *, allocations_usage, now, **kw):
+        if now.hour >= 8 and allocations_usage and not calls["peak"]:
+            calls["peak"] += 1
+            (a,) = allocations_usage
+            return Plan((), (), (Preemption(a.id, a.request_name, "", "the peak", 120.0,
+                                            "peak"),))
+        return real(state, requests, allocations_usage=allocations_usage, now=now, **kw)
+
+    monkeypatch.setattr(sharing, "plan_on_state", engine)
+    # A 10-hour pretrain task arriving at 02:00 (rule 4), and a short research task at
+    # 08:00 so that a cycle runs at the peak.
+    trace = Trace((node4(),), (task("p", "BE", 2 * HOUR, 10 * HOUR),
+                               task("r", "BE", 8 * HOUR, 60)), "nodes", "pods")
+    result = run_replay(trace, "engine", ReplayConfig(heartbeat_s=60, teams=4,
+                                                      guarantees=(("pretrain", 4),
+                                                                  ("train", 1))))
+    check_accounting(result)
+    (event,) = result.sharing.preemptions
+    assert (event.kind, event.for_request, event.moot) == ("peak", "", False)
+    p = result.jobs[0]
+    assert result.sharing.preempted[p.index] == 1
+    # Stopped at 08:00 + 120 s, restarted at once (nothing else wants the node), finished.
+    assert result.sharing.requeue_waits == (0.0,)
+    assert result.sharing.finished[p.index] == pytest.approx(
+        2 * HOUR + 10 * HOUR + 120 + 60)
