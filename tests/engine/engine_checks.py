@@ -77,6 +77,7 @@ def check_preemptions(plan: Plan, snap: Snapshot) -> None:
         else:
             assert p.kind == "reclaim" and policy.reclaim_guarantees, p
             assert a.borrowed_from is not None, "reclaim takes borrowed work only"
+            assert a.team != reqs[p.for_request].team, "a team reclaims from other teams only"
         for b in snap.allocations:  # a gang goes whole
             if b.request_name == a.request_name:
                 assert b.id in gone, f"{a.request_name}: gang preempted in part"
@@ -104,6 +105,8 @@ def check_borrowing(plan: Plan, snap: Snapshot) -> None:
         r = reqs[p.request_name]
         assert snap.quotas and snap.policy.borrowing, "borrowed in an open fleet / with it off"
         assert r.preemptible, f"{r.name}: not preemptible, yet borrowed"
+        assert r.preemptions < snap.policy.max_preemptions_per_task, (
+            f"{r.name}: preempted as often as a task may be, yet borrowed")
         assert p.note.startswith("borrowed "), p.note
         if p.borrowed_from:
             c = consent.get(p.borrowed_from)

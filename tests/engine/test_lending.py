@@ -7,6 +7,7 @@ with a borrow limit of 4 (no GPU left unguaranteed, so every borrowed GPU is som
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -68,6 +69,13 @@ BORROW_CASES = [
      "it borrows 3 of its 4 GPU borrow limit already; needs 2"),
     ("beyond the borrow limit", _nlp(6), (), NLP_FULL, None, ReasonCode.QUOTA_EXHAUSTED,
      "it borrows 0 of its 4 GPU borrow limit already; needs 6"),
+    ("preempted as often as a task may be: may not borrow",
+     replace(_nlp(), preemptions=2), (), NLP_FULL, None,
+     ReasonCode.QUOTA_EXHAUSTED,
+     "held back: preempted 2 times already, the most a task may be, so it may not borrow"),
+    ("preempted once: may still borrow",
+     replace(_nlp(), preemptions=1), (), NLP_FULL, "cv",
+     None, "borrowed 4 GPUs idle in team cv's quota"),
 ]
 
 
@@ -146,6 +154,9 @@ RECLAIM_CASES = [
      [_lent("young", A, tuple(range(8)), ran=timedelta(minutes=5))], []),
     ("preempted too often",
      [_lent("tired", A, tuple(range(8)), preemptions=2)], []),
+    ("its own team's borrowed work is not reclaimed",
+     [make_allocation("cv-own-borrow", A, tuple(range(8)), team="cv", priority=BATCH,
+                      preemptible=True, borrowed_from="nlp", ran=timedelta(hours=1))], []),
     ("not borrowed: not reclaimed",
      [make_allocation("mine", A, tuple(range(8)), team="nlp", priority=BATCH,
                       preemptible=True)], []),
@@ -260,7 +271,7 @@ def _restorable(result, snap) -> list[str]:
             for parts in by_request.values():
                 if any(a.id in gone for a in parts):
                     continue
-                if all(a.borrowed_from is not None and a.preemptible
+                if all(a.borrowed_from is not None and a.team != r.team and a.preemptible
                        and a.priority is not PriorityClass.CRITICAL
                        and snap.now - a.started_at >= policy.min_runtime_before_preemption
                        and a.preemptions < policy.max_preemptions_per_task for a in parts):

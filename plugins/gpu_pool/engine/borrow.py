@@ -103,7 +103,7 @@ def borrow(cycle: Cycle, pending: Sequence[Request], weights: dict[str, int],
             open_rows[row] = False
     placements: list[Placement] = []
     for r in pending:
-        if not r.preemptible or r.gpus == 0:
+        if not reclaimable(r, policy) or r.gpus == 0:
             continue
         g = groups[r.name]
         need = r.total_gpu_milli
@@ -145,6 +145,13 @@ def borrow(cycle: Cycle, pending: Sequence[Request], weights: dict[str, int],
     return placements
 
 
+def reclaimable(request: Request, policy: Policy) -> bool:
+    """Whether a placement of ``request`` could be taken back: preemptible and preempted
+    fewer than ``policy.max_preemptions_per_task`` times. Only such work borrows: borrowed
+    GPUs that could never be reclaimed would break their lender's guarantee."""
+    return request.preemptible and request.preemptions < policy.max_preemptions_per_task
+
+
 def why_not(request: Request, book: QuotaBook, policy: Policy, group: int) -> str | None:
     """Why ``request``, whose guarantee in ``group`` is used up, does not borrow: a clause
     for its pending reason, or None when borrowing was possible in principle (then it is
@@ -159,6 +166,9 @@ def why_not(request: Request, book: QuotaBook, policy: Policy, group: int) -> st
         return "borrowing beyond guarantees is off"
     if not request.preemptible:
         return "held back: not preemptible, so it may not borrow beyond its guarantee"
+    if not reclaimable(request, policy):
+        return (f"held back: preempted {request.preemptions} times already, the most a task "
+                "may be, so it may not borrow beyond its guarantee (it could not be reclaimed)")
     need = request.total_gpu_milli
     used = int(book.borrowed_milli[group])
     if used + need > limit:

@@ -17,8 +17,9 @@ Rules (step 6 of :func:`gpu_pool.engine.plan.plan_on_state`, on the plan's final
   may preempt any eligible victims.
 * ``reclaim`` (6b, with ``Policy.reclaim_guarantees``): each single-node request still
   pending whose team's group has the whole request left in its guarantee
-  (``usage + request <= guarantee``) may preempt eligible victims that run on borrowed
-  capacity (``Allocation.borrowed_from`` set), those borrowed from its own team first.
+  (``usage + request <= guarantee``) may preempt eligible victims of other teams that
+  run on borrowed capacity (``Allocation.borrowed_from`` set), those borrowed from its own
+  team first (never its own team's borrowed work: that would trade GPUs within the team).
 * On each node the request could use (compatible, data move allowed, up), victims there
   are freed in order — (reclaim: borrowed from another team last), lowest priority first,
   then least work lost — until the request fits; among nodes it takes the set that keeps
@@ -249,7 +250,10 @@ class Preempter:
             mine = np.where(within, g, -2)  # rows outside the guarantee are out of reach
             team = r.team
             found = self._search(
-                r, weights[r.name], view, mine, lambda v: v.borrowed_from is not None,
+                r, weights[r.name], view, mine,
+                # Its own team's borrowed work is not taken: that would only trade GPUs
+                # within the team, losing the victim's work for no change in who holds what.
+                lambda v, team=team: v.borrowed_from is not None and v.team != team,
                 lambda v, team=team: (v.borrowed_from != team, -v.rank, v.work_lost,
                                       v.request_name),
                 lambda freed, team=team: (sum(v.borrowed_from != team for v in freed),))
