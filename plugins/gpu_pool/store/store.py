@@ -46,7 +46,17 @@ from gpu_pool.model import (
     RequestState,
     Team,
 )
-from gpu_pool.store import allocations, apply, events, fleet, ledger, migrate, quotas, requests
+from gpu_pool.store import (
+    allocations,
+    apply,
+    events,
+    fleet,
+    jobs,
+    ledger,
+    migrate,
+    quotas,
+    requests,
+)
 from gpu_pool.store.checks import enum_value
 from gpu_pool.store.connection import WRITE_OPTION, display_url, make_engine, sqlite_path
 
@@ -353,6 +363,26 @@ class Store:
         with self._read() as conn:
             return events.read(conn, since, subject, limit)
 
+
+    # -- remote jobs (see :mod:`gpu_pool.store.jobs`) ----------------------------------------
+
+    def record_jobs(self, request_name: str, specs: Sequence[Mapping[str, str]],
+                    grace_s: float | None = None) -> str | None:
+        """Record a task's remote jobs; the stop reason if its GPUs are already gone."""
+        with self._write() as conn:
+            return jobs.record_jobs(conn, request_name, specs, grace_s, self.clock())
+
+    def jobs_of(self, request_name: str) -> list[jobs.JobRecord]:
+        with self._read() as conn:
+            return jobs.jobs_of(conn, request_name)
+
+    def stops_due(self, limit: int = 100) -> list[jobs.JobRecord]:
+        with self._read() as conn:
+            return jobs.stops_due(conn, limit)
+
+    def mark_stop_sent(self, job_ids: Iterable[str]) -> int:
+        with self._write() as conn:
+            return jobs.mark_stop_sent(conn, job_ids, self.clock())
 
 def _conflict(message: str, error: BaseException) -> ConflictError:
     """A ConflictError whose ``detail`` is the database's own one-line reason."""
