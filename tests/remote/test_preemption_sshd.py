@@ -142,6 +142,9 @@ def test_a_preempted_training_checkpoints_requeues_and_resumes(
     report = cycle.run({"urgent", name})
     assert len(report.preempted) == 1 and [b.request_name for b in report.bindings] == ["urgent"]
     assert store.request_state(name) is RequestState.PENDING
+    cycle.run({name})  # planned again while the critical work holds the GPUs
+    code, message = store.request_reason(name)
+    assert code != "preempted" and "it was preempted for urgent" in message  # who, still
     executor._send_stops(now_due=True)  # what the heartbeat does after such a cycle
     executor._wait_stops(timeout=30)
     assert [j.job_id for j in store.stops_due()] == []  # sent, marked in the store

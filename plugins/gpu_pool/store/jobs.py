@@ -132,3 +132,12 @@ def jobs_of(conn: Connection, request_name: str) -> list[JobRecord]:
     rows = conn.execute(text("SELECT * FROM jobs WHERE request_name = :n ORDER BY started_at, "
                              "job_id"), {"n": request_name}).mappings()
     return [_record(r) for r in rows]
+
+
+def preemption_notes(conn: Connection) -> dict[str, str]:
+    """For each pending request whose jobs a preemption stopped: what its stop said."""
+    rows = conn.execute(text(
+        "SELECT j.request_name, j.stop_message FROM jobs j JOIN requests r "
+        "ON r.name = j.request_name WHERE r.state = 'pending' AND j.stop_reason = :r "
+        "AND j.stop_message IS NOT NULL ORDER BY j.stop_requested_at"), {"r": STOP_PREEMPTED})
+    return {str(name): str(message) for name, message in rows}

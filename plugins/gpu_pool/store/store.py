@@ -384,6 +384,11 @@ class Store:
         with self._write() as conn:
             return jobs.mark_stop_sent(conn, job_ids, self.clock())
 
+    def preemption_notes(self) -> dict[str, str]:
+        """Pending requests whose jobs were preempted: who preempted them, and why."""
+        with self._read() as conn:
+            return jobs.preemption_notes(conn)
+
 def _conflict(message: str, error: BaseException) -> ConflictError:
     """A ConflictError whose ``detail`` is the database's own one-line reason."""
     conflict = ConflictError(f"{message} ({_first_line(error)})")
