@@ -3,7 +3,7 @@
 A batch training runs as a real remote job (sshd on loopback) on 2 of node-a's 4 GPUs; a
 critical 4-GPU task arrives, so the executor's heartbeat must preempt the training and
 place the critical task. The heartbeat runs in a real process (``crash_worker.py``) over a
-real SQLite store and is SIGKILLed at each dangerous point. Then:
+real store and is SIGKILLed at each dangerous point. Then:
 
 * before the commit (inside the apply transaction, after the preemption's or the
   placement's writes): nothing happened — the training still holds its GPUs and runs
@@ -31,6 +31,7 @@ import pytest
 from sqlalchemy import text
 from tests.remote.test_preemption_sshd import TRAINING, _wait_for
 from tests.sshd.fleet import Fleet
+from tests.store.conftest import pg_database, store_url  # noqa: F401 - fixtures
 
 from gpu_pool.model import AllocationState, RequestState, Team
 from gpu_pool.remote.allocation import RemoteAllocation
@@ -80,8 +81,9 @@ def _worker(point: str, marker: Path, ti_id: str, env: dict[str, str]) -> subpro
 
 @pytest.mark.parametrize("point", ["in_preempt", "in_place", "before_kill"])
 def test_a_scheduler_killed_mid_heartbeat_kills_no_training_and_leaks_no_gpu(
-        point: str, sshd_fleet: Fleet, tmp_path: Path, base_dir: str) -> None:
-    store = Store.from_url(f"sqlite:///{tmp_path / 'store.db'}")
+        point: str, sshd_fleet: Fleet, tmp_path: Path, base_dir: str,
+        store_url: str) -> None:  # noqa: F811 - SQLite and PostgreSQL
+    store = Store.from_url(store_url)
     store.migrate()
     store.upsert_team(Team("nlp"), actor="t")
     conn_id = sshd_fleet["node-a"].conn_id

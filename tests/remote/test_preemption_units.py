@@ -104,3 +104,33 @@ def test_the_operator_requeues_a_preempted_task_instead_of_failing_it() -> None:
 def test_a_bad_preemption_grace_is_a_parse_error_naming_the_task() -> None:
     with pytest.raises(SpecError, match="task 't'.*grace"):
         GpuSSHOperator(task_id="t", command="true", team="nlp", preemption_grace="3h")
+
+
+def test_a_preempted_jobs_end_never_releases_the_requests_next_allocation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Preempted with a long grace, the request is placed again elsewhere before its old job
+    ends: the watcher of the old job must not give the new GPUs back."""
+    import asyncio
+
+    from gpu_pool.engine import plan
+    from gpu_pool.executor_support.cycle import PlacementCycle
+    from gpu_pool.model import Policy, Team
+    from gpu_pool.spec import parse_node, parse_request
+    from gpu_pool.store import Store
+    from gpu_pool.triggers.remote_job import GpuRemoteJobTrigger
+
+    store = Store.from_url(f"sqlite:///{tmp_path / 'store.db'}")
+    store.migrate()
+    store.upsert_team(Team("nlp"), actor="t")
+    store.import_nodes([parse_node({"name": "n", "gpu_model": "A100", "gpus": 2})], actor="t")
+    monkeypatch.setenv("AIRFLOW__GPU_POOL__STORE_URL", store.url)
+    cycle = PlacementCycle(store=store, policy=Policy(), planner=plan, actor="t",
+                           idle_replan_s=0)
+    cycle.admit(parse_request({"name": "r", "team": "nlp", "gpus": 1}), {})
+    (binding,) = cycle.run({"r"}).bindings  # its next run's allocation, active
+    trigger = GpuRemoteJobTrigger(jobs=[], started_at=0.0, request="r")
+    assert asyncio.run(trigger._release(Outcome.PREEMPTED, None, {})) is False
+    assert [a.id for a in store.active_allocations()] == [binding.allocations[0].id]
+    assert asyncio.run(trigger._release(Outcome.SUCCESS, None, {})) is True  # the control
+    assert store.active_allocations() == []
+    store.close()

@@ -206,8 +206,11 @@ class GpuRemoteJobTrigger(BaseTrigger):
                        metrics: dict[str, float]) -> bool:
         """Give the request's GPUs back now, billed to ``ended_at``; False if not done here
         (no request named, already released, or the store unreachable: the executor's
-        release when the task ends is the backstop)."""
-        if self.request is None:
+        release when the task ends is the backstop).
+
+        Never for a preempted job: the preemption already ended its allocations, and the
+        request, pending again, may hold new ones by now — those are its next run's."""
+        if self.request is None or outcome is Outcome.PREEMPTED:
             return False
         from gpu_pool.executor_support.release import release_ended_job, store_from_airflow
 
