@@ -11,7 +11,6 @@ checkpoint to success.
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 from gpu_pool.model import AllocationState, Team
 from gpu_pool.spec import parse_node
 from gpu_pool.store import Store
-from tests.airflow.harness import REPO, AirflowDeployment, deployment, wait_for
+from tests.airflow.harness import AirflowDeployment, deployment, wait_for
 from tests.sshd.fleet import start_fleet
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
@@ -46,10 +45,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory
                                         "ssh_conn_id": fleet["node-a"].conn_id})], actor="e2e")
         store.upsert_team(Team("nlp"), actor="e2e")
         with deployment(home=root / "home", dags_folder=dags, store_url=store_url,
-                        extra_env={**fleet.airflow_env(), "GPU_POOL_E2E_OUT": str(out),
-                                   # This checkout's gpu_pool, not the installed one.
-                                   "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"),
-                                                                  str(REPO)])},
+                        extra_env={**fleet.airflow_env(), "GPU_POOL_E2E_OUT": str(out)},
                         overrides={"gpu_pool": {"watch_interval_seconds": 1}}) as dep:
             dep.start_all(triggerer=True)
             yield dep, store, out, dags

@@ -29,5 +29,8 @@ echo "finished at step $step"
 
 with DAG("e2e_preempt_batch", schedule="@once", start_date=datetime(2026, 1, 1),
          catchup=False, tags=["gpu-pool-e2e"]):
+    # Job and checkpoint directories of this test run only: a checkpoint left by another
+    # run of the same DAG run id would be resumed from.
     GpuSSHOperator(task_id="train", command=TRAINING, team="nlp", gpus=2, priority="batch",
-                   preemption_grace=10, poll_interval=1, retries=0)
+                   preemption_grace=10, poll_interval=1, retries=0,
+                   remote_base_dir=os.path.join(out_dir(), "jobs"))
