@@ -124,7 +124,8 @@ class GpuPoolExecutor(AdmissionMixin, StartingMixin, WatchingMixin, PreemptionMi
         self._watched: dict[TaskInstanceKey, _Watched] = {}
         self._resuming: set[TaskInstanceKey] = set()  # deferred tasks queued to resume
         self._unrecorded: dict[str, float] = {}  # preempted, no job recorded yet: since
-        self._stops_in_flight: dict[str, concurrent.futures.Future[str]] = {}
+        # job id -> (the kill's future, when it was sent: monotonic seconds)
+        self._stops_in_flight: dict[str, tuple[concurrent.futures.Future[str], float]] = {}
         self._kill_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._resumes_due = 0  # watched deferred tasks whose trigger fired: owed a slot
         self._last_watch = 0.0

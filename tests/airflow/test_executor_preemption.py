@@ -162,3 +162,39 @@ def test_a_preempted_deferred_task_resumes_at_once_to_reschedule(
     assert len(resumed) == 1
     binding = resumed[0][1]
     assert binding.live is False and [a.id for a in binding.allocations] == [a.id for a in lost]
+
+
+def test_a_hung_stop_is_sent_again(
+        executor: Any, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    import threading
+
+    from gpu_pool.executor_support import preemption
+
+    _, name = _placed(executor)
+    store.record_jobs(name, [_job("wedged")])
+    _preempt(store, name)
+    release = threading.Event()
+    calls: list[str] = []
+
+    def fake_send(store: Store, job: Any) -> str:  # noqa: F811
+        calls.append(job.job_id)
+        if len(calls) == 1:
+            release.wait(30)  # the first kill's thread wedges
+            return "late"
+        store.mark_stop_sent([job.job_id])
+        return "sent"
+
+    monkeypatch.setattr(preemption, "send_stop", fake_send)
+    monkeypatch.setattr(preemption, "STOP_HUNG_S", 0.3)
+    try:
+        executor._send_stops(now_due=True)
+        executor._send_stops(now_due=True)  # not hung yet: not sent twice
+        assert calls == ["wedged"]
+        time.sleep(0.4)
+        executor._send_stops(now_due=True)
+        deadline = time.monotonic() + 10
+        while store.stops_due() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert calls == ["wedged", "wedged"] and store.stops_due() == []
+    finally:
+        release.set()

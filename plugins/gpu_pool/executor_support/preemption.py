@@ -16,7 +16,8 @@ Rules
   (``[gpu_pool] preemption_kill_threads``, default 4) and is marked sent in the store when
   the node accepted it. A kill that failed (node unreachable) stays due and is retried at
   the next check (every ``watch_interval_seconds``, and at once after a cycle that
-  preempted). A kill is sent at most once at a time per job by one executor; two
+  preempted); one unanswered for :data:`STOP_HUNG_S` is sent again. A kill is sent at
+  most once at a time per job by one executor; two
   executors sending the same one are harmless (the node keeps the first reason).
 * The task itself is not touched: its watcher sees ``killed`` = ``preempted`` and the
   operator raises ``AirflowRescheduleException`` (no retry spent).
@@ -38,6 +39,11 @@ from gpu_pool.store.jobs import STOP_PREEMPTED, JobRecord
 
 if TYPE_CHECKING:
     from airflow.models.taskinstancekey import TaskInstanceKey
+
+# A kill not answered in this long (an SSH library wedged in its thread) is sent again from
+# a fresh thread: a stop is never left in flight forever. The kill itself is detached and
+# bounded (30 s command timeout), so a healthy one answers in seconds.
+STOP_HUNG_S = 120.0
 
 
 def send_stop(store: Any, job: JobRecord) -> str:
@@ -64,18 +70,23 @@ class PreemptionMixin:
         self._last_stop_check = now
         store = self._require_cycle().store
         for job in store.stops_due():
-            if job.job_id in self._stops_in_flight:
-                continue
+            flight = self._stops_in_flight.get(job.job_id)
+            if flight is not None:
+                if now - flight[1] < STOP_HUNG_S:
+                    continue
+                self.log.warning("The stop of job %s has hung for %.0fs; sending it again",
+                                 job.job_id, now - flight[1])
             if self._kill_pool is None:
                 self._kill_pool = concurrent.futures.ThreadPoolExecutor(
                     max_workers=self.kill_threads, thread_name_prefix="gpu-pool-kill")
             self.log.warning("Stopping job %s of %s on %s: SIGTERM, %.0fs grace, SIGKILL (%s)",
                              job.job_id, job.request_name, job.node, job.stop_grace_s or 0,
                              job.stop_message or job.stop_reason)
-            self._stops_in_flight[job.job_id] = self._kill_pool.submit(send_stop, store, job)
+            self._stops_in_flight[job.job_id] = (self._kill_pool.submit(send_stop, store, job),
+                                                 now)
 
     def _collect_stops(self: Any) -> None:
-        for job_id, future in list(self._stops_in_flight.items()):
+        for job_id, (future, _) in list(self._stops_in_flight.items()):
             if not future.done():
                 continue
             del self._stops_in_flight[job_id]
@@ -88,7 +99,8 @@ class PreemptionMixin:
     def _wait_stops(self: Any, timeout: float) -> None:
         """Wait (bounded) for the kills in flight: for ``end`` and tests."""
         if self._stops_in_flight:
-            concurrent.futures.wait(list(self._stops_in_flight.values()), timeout=timeout)
+            concurrent.futures.wait([f for f, _ in self._stops_in_flight.values()],
+                                    timeout=timeout)
         self._collect_stops()
 
     def _preempted_resumes(self: Any, held: dict[str, TaskInstanceKey],
