@@ -17,6 +17,7 @@ MAX_GANG_NODES = 1024
 MAX_CPU_CORES = 100_000  # millicores stay below 2**31
 MAX_MEMORY_MIB = 2**30  # 1 PiB: host RAM, GPU memory, a request's RAM
 MAX_DURATION = timedelta(days=366)  # time limits, estimated runtimes
+MAX_GRACE = timedelta(hours=1)  # a task's SIGTERM-to-SIGKILL grace when preempted
 MAX_QUOTA_GPUS = 1_000_000
 MAX_GPU_HOURS = 1e9  # a quota's GPU-hour budget
 MAX_DATASET_GIB = 1e9  # an exabyte

@@ -64,7 +64,7 @@ REQUEST_FIELDS = (
     "name", "team", "purpose", "priority", "gpus", "gpu_share", "nodes", "gpus_per_node",
     "gpu_models", "min_gpu_memory", "cpu", "memory", "dataset", "dataset_zone",
     "dataset_size_gib", "data_ready", "time_limit", "estimated_runtime", "preemptible",
-    "submitted_at",
+    "submitted_at", "grace",
 )
 NODE_FIELDS = (
     "name", "gpu_model", "gpus", "gpu_memory", "cpu", "memory", "zone", "tier", "ssh_conn_id",
@@ -254,6 +254,20 @@ def parse_duration(value: Any, field: str) -> timedelta:
     return value if isinstance(value, timedelta) else timedelta(seconds=seconds)
 
 
+def parse_grace(value: Any, field: str = "grace") -> timedelta:
+    """A preemption grace (SIGTERM to SIGKILL): a duration of at most
+    :data:`~gpu_pool.limits.MAX_GRACE`."""
+    hint = (f"a duration from 1s to {limits.MAX_GRACE.total_seconds():g}s (e.g. 90, '2m'): "
+            "how long a preempted task has between SIGTERM and SIGKILL to checkpoint")
+    try:
+        grace = parse_duration(value, field)
+    except SpecError:
+        raise SpecError(field, value, hint) from None
+    if not timedelta(seconds=1) <= grace <= limits.MAX_GRACE:
+        raise SpecError(field, value, hint)
+    return grace
+
+
 _TIME_HINT = (f"an ISO 8601 time like '2026-12-31' or '2026-12-31T18:00:00Z', from "
               f"{limits.EARLIEST:%Y} to {limits.LATEST.year - 1}")
 
@@ -355,6 +369,7 @@ def parse_request(data: Mapping[str, Any], *, policy: Policy | None = None,
         preemptible=parse_bool(data.get("preemptible", priority is PriorityClass.BATCH),
                                "preemptible"),
         submitted_at=_optional(data, "submitted_at", parse_datetime),
+        grace=_optional(data, "grace", parse_grace),
     )
     if (request.time_limit is not None and request.estimated_runtime is not None
             and request.estimated_runtime > request.time_limit):

@@ -77,7 +77,8 @@ class AirflowDeployment:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
         env.update(airflow_config.as_environment(values))
         env.update({"AIRFLOW_HOME": str(self.home), "PYTHONUNBUFFERED": "1",
-                    "PYTHONPATH": str(REPO)})
+                    # This checkout's gpu_pool first: the installed one may be another's.
+                    "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])})
         env.update(self.extra_env)
         return env
 

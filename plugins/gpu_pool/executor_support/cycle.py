@@ -13,7 +13,10 @@ A cycle reads top to bottom:
 4. **plan** — ``engine.plan(snapshot)`` outside any transaction, capped by the policy's
    solver time;
 5. **apply** — ``store.apply_plan(plan, now, actor)`` in one guarded transaction; a plan
-   that lost a race against another scheduler is dropped and recomputed next cycle;
+   that lost a race against another scheduler is dropped and recomputed next cycle. A
+   preemption in it also asks, in that transaction, for the victim's remote jobs to be
+   stopped with grace (the executor sends the kills); a preempted request's pending reason
+   says who preempted it until it is placed again;
 6. **bind** — the store's active allocations of the requests this executor holds are
    returned as :class:`Binding` objects: whoever placed them (this scheduler or another),
    the holder starts them. A held request that already *finished* is a task resumed after
@@ -144,7 +147,7 @@ class PlacementCycle:
         if not snapshot.requests:
             return CycleReport(planned=False, detail="no pending requests")
         snapshot = self._with_readiness(snapshot)
-        plan = self.planner(snapshot)
+        plan = self._with_preemption_notes(self.planner(snapshot))
         result = self.store.apply_plan(plan, now, self.actor, policy=self.policy)
         placed = tuple(_names(getattr(result, "applied", None), plan))
         dropped = tuple(_names(getattr(result, "dropped", ()), None))
@@ -154,6 +157,18 @@ class PlacementCycle:
             pending=plan.pending,
             detail=f"{plan.stats.status} in {plan.stats.wall_seconds:.3f}s",
         )
+
+    def _with_preemption_notes(self, plan: Plan) -> Plan:
+        """A preempted request's pending reason keeps saying who preempted it until it is
+        placed again: the plan's reason, then the preemption's."""
+        notes_of = getattr(self.store, "preemption_notes", None)
+        notes = notes_of() if plan.pending and callable(notes_of) else {}
+        if not notes:
+            return plan
+        pending = tuple(
+            dataclasses.replace(p, message=f"{p.message}; it was {notes[p.request_name]}"[:500])
+            if p.request_name in notes else p for p in plan.pending)
+        return dataclasses.replace(plan, pending=pending)
 
     def _with_readiness(self, snapshot: Any) -> Any:
         """Flip requests whose dataset got its first asset event to ready, in the store too."""

@@ -20,6 +20,11 @@ allocation in its environment (:mod:`gpu_pool.remote.allocation`). The operator 
    any ``callable(context)``; ``context["gpu_pool_warning"]`` holds the elapsed time and the
    limit — and defers again;
 4. succeeds iff every remote exit status is 0; a timeout, a kill or a lost node fails it.
+   A job stopped by a preemption (the executor SIGTERMs its process group, waits the grace
+   period, then SIGKILLs it; ``killed`` = ``preempted``) does not fail the task: the operator
+   logs who reclaimed the GPUs and raises ``AirflowRescheduleException``, so the task
+   instance goes UP_FOR_RESCHEDULE and comes back queued with its ``try_number`` unchanged
+   (no retry spent), in its old place in the gpu-pool queue.
    What the command wrote to ``$GPU_POOL_METRICS_FILE`` (a JSON object of numbers, on the
    first node) is pushed as the XCom ``gpu_pool_metrics`` and goes into the allocation's
    ledger row. The trigger gives the GPUs back the moment the jobs end, billed to their
@@ -32,10 +37,11 @@ allocation in its environment (:mod:`gpu_pool.remote.allocation`). The operator 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -48,6 +54,7 @@ from gpu_pool.remote.job import (
     DEFAULT_KILL_GRACE_S,
     RemoteJob,
     check_env_name,
+    checkpoint_dir,
     job_environment,
     make_job_id,
 )
@@ -82,6 +89,9 @@ class GpuSSHOperator(BaseOperator):
     :param warn_at: share of ``time_limit`` after which the warning callbacks run
     :param on_time_limit_warning: notifiers or callables taking the task context
     :param kill_grace: seconds between SIGTERM and SIGKILL when the job is stopped
+    :param preemption_grace: seconds (or a duration such as ``"2m"``, at most 1 h) between
+        SIGTERM and SIGKILL when the job is preempted: time to write a checkpoint into
+        ``$GPU_POOL_CHECKPOINT_DIR``. Default: the policy's ``preemption_grace``.
     :param poll_interval: seconds between polls of the node
     :param remote_base_dir: where job directories live on the nodes
     """
@@ -104,6 +114,7 @@ class GpuSSHOperator(BaseOperator):
                  dataset_zone: str | None = None, dataset_size_gib: float | None = None,
                  data_ready: bool | None = None, time_limit: Any = None,
                  estimated_runtime: Any = None, preemptible: bool | None = None,
+                 preemption_grace: float | timedelta | str | None = None,
                  **kwargs: Any) -> None:
         executor = kwargs.pop("executor", EXECUTOR_ALIAS)
         executor_config = dict(kwargs.pop("executor_config", None) or {})
@@ -121,7 +132,9 @@ class GpuSSHOperator(BaseOperator):
             "purpose": purpose, "priority": priority, "dataset": dataset,
             "dataset_zone": dataset_zone, "dataset_size_gib": dataset_size_gib,
             "data_ready": data_ready, "time_limit": time_limit,
-            "estimated_runtime": estimated_runtime, "preemptible": preemptible})
+            "estimated_runtime": estimated_runtime, "preemptible": preemptible,
+            "grace": preemption_grace})
+        self.preemption_grace_s = self.spec.get("grace")  # seconds, validated above
         self.executor_config = {**executor_config, SPEC_KEY: self.spec}
         if not 0 < warn_at <= 1:
             raise SpecError("warn_at", warn_at, "a share of the time limit in (0, 1]",
@@ -168,11 +181,13 @@ class GpuSSHOperator(BaseOperator):
                 "(dag.test() ignores executor=).")
         return allocation
 
-    def start_jobs(self, allocation: RemoteAllocation, try_number: int) -> list[dict[str, str]]:
+    def start_jobs(self, allocation: RemoteAllocation, try_number: int,
+                   checkpoints: str | None = None) -> list[dict[str, str]]:
         """Start the command on every node of the allocation; on a failure, undo the rest."""
         started: list[dict[str, str]] = []
         try:
             for slot, placement in zip(allocation.slots, allocation.placements(), strict=True):
+                placement = dataclasses.replace(placement, checkpoint_dir=checkpoints)
                 job = RemoteJob(make_job_id(allocation.request or self.task_id, slot.node,
                                             f"try{try_number}"), self.remote_base_dir)
                 env = job_environment(placement, job, self.environment)
@@ -186,7 +201,31 @@ class GpuSSHOperator(BaseOperator):
         except Exception:
             self.kill_jobs(started, reason="start_failed")
             raise
+        self._record_jobs(allocation.request, started)
         return started
+
+    def _record_jobs(self, request: str, jobs: list[dict[str, str]]) -> None:
+        """Tell the store which jobs run for ``request``, so a preemption can stop them.
+
+        If the store is unreachable the jobs still run; a preemption then cannot stop them
+        with grace and the executor falls back to stopping the task process."""
+        if not request or not jobs:
+            return
+        from gpu_pool.executor_support.release import store_from_airflow
+
+        try:
+            store = store_from_airflow(create=False)
+            try:
+                stop = store.record_jobs(request, jobs, self.preemption_grace_s)
+            finally:
+                store.close()
+        except Exception as error:
+            self.log.warning("Could not record the jobs of %s in the gpu-pool store: %s",
+                             request, error)
+            return
+        if stop is not None:
+            self.log.warning("The GPUs of %s were taken while its jobs started (%s): the "
+                             "executor stops them with grace", request, stop)
 
     def kill_jobs(self, jobs: list[dict[str, str]], *, reason: str = "cancelled") -> None:
         for spec in jobs:
@@ -212,7 +251,15 @@ class GpuSSHOperator(BaseOperator):
         allocation = self._allocation()
         self._request = allocation.request or None
         self.log.info("Allocation %s", allocation.external_id)
-        jobs = self.start_jobs(allocation, int(context["ti"].try_number))
+        ti = context["ti"]
+        checkpoints = checkpoint_dir(self.remote_base_dir, getattr(ti, "dag_id", None)
+                                     or self.dag_id, self.task_id,
+                                     getattr(ti, "run_id", None) or "manual",
+                                     int(getattr(ti, "map_index", -1)))
+        if allocation.preemptions:
+            self.log.info("This try was preempted %d time(s) before; checkpoints in %s",
+                          allocation.preemptions, checkpoints)
+        jobs = self.start_jobs(allocation, int(ti.try_number), checkpoints)
         self._jobs = jobs
         started_at = time.time()
         context["ti"].xcom_push(key=XCOM_JOBS, value={"jobs": jobs, "started_at": started_at})
@@ -249,6 +296,8 @@ class GpuSSHOperator(BaseOperator):
         summary = ", ".join(f"{r['node']}: exit {r['exit_code']}"
                             + (f" ({r['killed']})" if r.get("killed") else "")
                             for r in results.values())
+        if event.get("outcome") == "preempted":
+            self._requeue(context, summary)
         if event.get("outcome") != "success":
             raise GpuRemoteJobFailed(
                 f"task {self.task_id!r}: remote job {event.get('outcome')}: {summary}")
@@ -258,6 +307,17 @@ class GpuSSHOperator(BaseOperator):
             context["ti"].xcom_push(key=XCOM_METRICS, value=metrics)
             self.log.info("Metrics: %s", metrics)
         return None
+
+    def _requeue(self, context: Any, summary: str) -> None:
+        """The jobs were preempted: say by whom, then reschedule without spending a retry."""
+        from airflow.sdk.exceptions import AirflowRescheduleException
+
+        why = _preemption_reason(self._request) or "the gpu-pool store did not say why"
+        self.log.warning("Task %s was preempted (%s): %s. It goes back to the queue in its "
+                         "place, try %s kept (no retry spent); a command that saved a "
+                         "checkpoint in $GPU_POOL_CHECKPOINT_DIR resumes from it.",
+                         self.task_id, summary, why, context["ti"].try_number)
+        raise AirflowRescheduleException(reschedule_date=datetime.now(UTC))
 
     def _warn(self, context: Any, event: dict[str, Any]) -> None:
         elapsed, limit = event.get("elapsed_s"), event.get("time_limit_s")
@@ -278,6 +338,23 @@ class GpuSSHOperator(BaseOperator):
         While deferred there is no task process; the trigger's ``on_kill`` covers that case.
         """
         self.kill_jobs(self._jobs, reason="cancelled")
+
+
+def _preemption_reason(request: str | None) -> str | None:
+    """Why the request's jobs were stopped ("preempted for X: ..."), from the store."""
+    if not request:
+        return None
+    from gpu_pool.executor_support.release import store_from_airflow
+
+    try:
+        store = store_from_airflow(create=False)
+        try:
+            said = [j.stop_message for j in store.jobs_of(request) if j.stop_message]
+        finally:
+            store.close()
+    except Exception:  # the log line, not the requeue, depends on it
+        return None
+    return said[-1] if said else None
 
 
 async def _first_event(trigger: GpuRemoteJobTrigger) -> dict[str, Any]:

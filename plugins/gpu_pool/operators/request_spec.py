@@ -26,6 +26,7 @@ TASK_SPEC_FIELDS = (
     "team", "purpose", "priority", "gpus", "gpu_share", "nodes", "gpus_per_node",
     "gpu_models", "min_gpu_memory", "cpu", "memory", "dataset", "dataset_zone",
     "dataset_size_gib", "data_ready", "time_limit", "estimated_runtime", "preemptible",
+    "grace",
 )
 
 
@@ -68,7 +69,7 @@ def request_spec(task_id: str, fields: dict[str, Any], *,
         parse_request({"name": task_id, **data}, known_teams=known_teams)
     except SpecError as error:
         raise error.located(where) from None
-    for key in ("time_limit", "estimated_runtime"):
+    for key in ("time_limit", "estimated_runtime", "grace"):
         if key in data:
             data[key] = parse_duration(data[key], key).total_seconds()
     return data

@@ -14,6 +14,10 @@ carry only for the first node. For that the executor adds ``GPU_POOL_TASK_ALLOCA
 "ssh_conn_id", "gpu_indices", "gpu_milli", "allocation_id"}, ...]}``, one slot per node in
 rank order. When present it is authoritative. A gang placement without it is refused with
 a clear error rather than run on the first node only.
+
+``GPU_POOL_PREEMPTED`` counts how many times the request (this try of the task) was
+preempted before; the operator passes it on to the remote command, with
+``GPU_POOL_CHECKPOINT_DIR`` (see :func:`gpu_pool.remote.job.checkpoint_dir`).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class NodeSlot:
 class RemoteAllocation:
     request: str
     slots: tuple[NodeSlot, ...]
+    preemptions: int = 0  # times this request was preempted before (``GPU_POOL_PREEMPTED``)
 
     def __post_init__(self) -> None:
         if not self.slots:
@@ -52,7 +57,7 @@ class RemoteAllocation:
 
     @classmethod
     def from_model(cls, request: str, allocations: Sequence[Allocation],
-                   ssh_conn_ids: Mapping[str, str]) -> RemoteAllocation:
+                   ssh_conn_ids: Mapping[str, str], preemptions: int = 0) -> RemoteAllocation:
         """From the store's allocations of one request (a gang: one per node, rank order)."""
         slots = []
         for a in allocations:
@@ -60,7 +65,7 @@ class RemoteAllocation:
                 raise SpecError("ssh_conn_id", None, f"an SSH connection id for node {a.node!r}")
             slots.append(NodeSlot(a.node, ssh_conn_ids[a.node], tuple(a.gpu_indices),
                                   a.gpu_milli, a.id))
-        return cls(request, tuple(slots))
+        return cls(request, tuple(slots), preemptions)
 
     @property
     def external_id(self) -> str:
@@ -73,7 +78,8 @@ class RemoteAllocation:
         nodes = tuple(s.node for s in self.slots)
         return [JobPlacement(node=s.node, gpu_indices=s.gpu_indices, request=self.request,
                              gpu_milli=s.gpu_milli, allocation_id=s.allocation_id,
-                             node_rank=rank, node_count=len(self.slots), nodes=nodes)
+                             node_rank=rank, node_count=len(self.slots), nodes=nodes,
+                             preemptions=self.preemptions)
                 for rank, s in enumerate(self.slots)]
 
     def to_env(self) -> dict[str, str]:
@@ -91,6 +97,7 @@ class RemoteAllocation:
             "GPU_POOL_GPU_INDICES": ",".join(map(str, first.gpu_indices)),
             "GPU_POOL_GPU_MILLI": str(first.gpu_milli),
             "GPU_POOL_ALLOCATION_ID": first.allocation_id or "",
+            "GPU_POOL_PREEMPTED": str(self.preemptions),
         }
 
     @classmethod
@@ -102,7 +109,8 @@ class RemoteAllocation:
                 return cls(str(doc["request"]), tuple(
                     NodeSlot(str(s["node"]), str(s["ssh_conn_id"]),
                              _indices(s["gpu_indices"]), int(s.get("gpu_milli", 1000)),
-                             s.get("allocation_id")) for s in doc["slots"]))
+                             s.get("allocation_id")) for s in doc["slots"]),
+                    _count(environ.get("GPU_POOL_PREEMPTED")))
             except (ValueError, KeyError, TypeError) as error:
                 raise SpecError(ENV_JSON, environ[ENV_JSON][:200],
                                 f"the JSON document the executor writes ({error})") from None
@@ -118,7 +126,16 @@ class RemoteAllocation:
             environ["GPU_POOL_NODE"], environ["GPU_POOL_SSH_CONN_ID"],
             _indices(environ["GPU_POOL_GPU_INDICES"]),
             int(environ.get("GPU_POOL_GPU_MILLI") or 1000),
-            environ.get("GPU_POOL_ALLOCATION_ID") or None),))
+            environ.get("GPU_POOL_ALLOCATION_ID") or None),),
+            _count(environ.get("GPU_POOL_PREEMPTED")))
+
+
+def _count(value: str | None) -> int:
+    if not value:
+        return 0
+    if not value.isdigit():
+        raise SpecError("GPU_POOL_PREEMPTED", value, "a count of 0 or more")
+    return int(value)
 
 
 def _indices(value: Any) -> tuple[int, ...]:

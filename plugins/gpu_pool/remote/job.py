@@ -22,7 +22,13 @@ Files of a job directory: ``log`` (stdout and stderr of the command), ``pid`` (t
 ``monitor.pid``, ``started`` (UTC epoch seconds), ``ended`` (UTC epoch seconds with their
 fraction, written the moment the group's leader exits, before ``exit``: what the ledger
 bills up to), ``exit`` (the exit status: 128+N when the command died of signal N),
-``killed`` (why it was killed: ``time_limit``, ``cancelled``...).
+``killed`` (why it was killed: ``time_limit``, ``cancelled``, ``preempted``...).
+
+Preemption: the executor kills a preempted job with reason ``preempted`` (SIGTERM, the
+task's grace, SIGKILL). The command sees ``GPU_POOL_CHECKPOINT_DIR`` (one directory per task
+instance, kept across tries and preemptions, created at start) and ``GPU_POOL_PREEMPTED``
+(how many times this try was preempted before): trap SIGTERM, save there, and resume from
+it when started again.
 
 Invariants
 ----------
@@ -111,13 +117,41 @@ class JobPlacement:
     node_rank: int = 0
     node_count: int = 1
     nodes: tuple[str, ...] = ()  # every node of a gang, rank order
+    # Where the command may keep checkpoints: the same for every try and every preemption
+    # of one task instance (see :func:`checkpoint_dir`); created on the node at start.
+    checkpoint_dir: str | None = None
+    preemptions: int = 0  # how many times this try was preempted before this start
 
     def __post_init__(self) -> None:
+        if self.checkpoint_dir is not None:
+            RemoteJob("checkpoint-check", self.checkpoint_dir)  # the same path rules
+        if isinstance(self.preemptions, bool) or not isinstance(self.preemptions, int) \
+                or self.preemptions < 0:
+            raise SpecError("preemptions", self.preemptions, "a count of 0 or more")
         for index in self.gpu_indices:
             if isinstance(index, bool) or not isinstance(index, int) or index < 0:
                 raise SpecError("gpu_indices", self.gpu_indices, "non-negative GPU indices")
         if not 0 < self.gpu_milli <= 1000:
             raise SpecError("gpu_milli", self.gpu_milli, "1..1000 thousandths of a GPU")
+
+
+def checkpoint_dir(base_dir: str, dag_id: str, task_id: str, run_id: str,
+                   map_index: int = -1) -> str:
+    """``<base_dir>/checkpoints/<dag>/<task>/<run>/<map_index>``: stable across the tries and
+    preemptions of one task instance. Characters a path may not hold become ``_`` and a
+    short hash of the exact key keeps two such names apart."""
+    import hashlib
+
+    key = f"{dag_id}\0{task_id}\0{run_id}\0{map_index}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+
+    def part(text: str) -> str:
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip(".")[:80] or "_"
+
+    path = (f"{base_dir.rstrip('/')}/checkpoints/{part(dag_id)}/{part(task_id)}/"
+            f"{part(run_id)}-{digest}/{int(map_index)}")
+    RemoteJob("checkpoint-check", path)  # refuses what the base directory rules refuse
+    return path
 
 
 def job_environment(placement: JobPlacement, job: RemoteJob,
@@ -142,7 +176,10 @@ def job_environment(placement: JobPlacement, job: RemoteJob,
         "GPU_POOL_NODE_RANK": str(placement.node_rank),
         "GPU_POOL_NODE_COUNT": str(placement.node_count),
         "GPU_POOL_NODES": ",".join(placement.nodes or (placement.node,)),
+        "GPU_POOL_PREEMPTED": str(placement.preemptions),
     }
+    if placement.checkpoint_dir is not None:
+        env["GPU_POOL_CHECKPOINT_DIR"] = placement.checkpoint_dir
     for name, value in (extra or {}).items():
         check_env_name(name)
         if name == RESERVED_ENV[0] or name.startswith(RESERVED_ENV[1]):
@@ -250,11 +287,13 @@ def build_start_command(command: str, job: RemoteJob, env: Mapping[str, str], *,
         f"printf '%s' \"$ec\" > {d}/exit.tmp && mv -f {d}/exit.tmp {d}/exit\n"
     )
     base = shlex.quote(job.base_dir)
+    checkpoints = env.get("GPU_POOL_CHECKPOINT_DIR")
+    make_checkpoints = f"mkdir -p {shlex.quote(checkpoints)}\n" if checkpoints else ""
     return f"""set -eu
 umask 077
 command -v setsid >/dev/null 2>&1 || {{ echo 'gpu-pool: setsid not found on the node' >&2; exit 127; }}
 mkdir -p {base}
-mkdir {d}
+{make_checkpoints}mkdir {d}
 : > {d}/log
 setsid bash -c {shlex.quote(monitor)} </dev/null >/dev/null 2>&1 &
 i=0

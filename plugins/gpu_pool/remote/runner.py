@@ -63,9 +63,12 @@ class JobResult:
 
 
 def outcome_of(status: JobStatus) -> Outcome:
-    """Success only for exit status 0 of a job nobody killed."""
+    """Success only for exit status 0 of a job nobody killed; a job killed for a more urgent
+    one (``preempted``) is PREEMPTED: its task is requeued, not failed."""
     if status.killed_reason == "time_limit":
         return Outcome.TIMED_OUT
+    if status.killed_reason == "preempted":
+        return Outcome.PREEMPTED
     if status.killed_reason is not None:
         return Outcome.CANCELLED
     if status.state is JobState.EXITED and status.exit_code == 0:

@@ -48,6 +48,7 @@ from gpu_pool.store.allocations import (
     held_on_node,
 )
 from gpu_pool.store.codec import duration
+from gpu_pool.store.jobs import STOP_PREEMPTED, request_stop
 from gpu_pool.store.ledger import price_of
 from gpu_pool.store.requests import change_state, set_reasons
 
@@ -193,13 +194,26 @@ def preempt(conn: Connection, preemption: Preemption, now: datetime, actor: str,
                             "WHERE id = :id"), {"id": preemption.allocation_id}).mappings().first()
     if row is None or row["state"] != "active":
         return False  # already ended: the plan was stale, nothing to undo
-    reason = f"preempted for {preemption.for_request}: {preemption.message}"
+    # The engine's sentences say who and why ("preempted: team cv reclaimed its guarantee,
+    # grace 120 s"); a bare message gets the request it was preempted for.
+    reason = (preemption.message if preemption.message.startswith("preempted")
+              else f"preempted for {preemption.for_request}: {preemption.message}")
     # A gang is preempted whole: a part of it alone cannot run.
     for allocation in active_allocations_of_request(conn, row["request_id"]):
         end_allocation(conn, allocation, Outcome.PREEMPTED, actor, reason, now,
                        price_of(policy, allocation.gpu_model))
     change_state(conn, row["request_id"], row["request_name"], (RequestState.RUNNING,),
-                 RequestState.PENDING, actor, reason, now, {"for": preemption.for_request})
+                 RequestState.PENDING, actor, reason, now,
+                 {"for": preemption.for_request or None, "kind": preemption.kind})
+    # Until a plan says otherwise, the request waits because it was preempted, by whom.
+    conn.execute(text("UPDATE requests SET reason_code = 'preempted', reason_message = :m "
+                      "WHERE id = :id"), {"m": reason, "id": row["request_id"]})
+    # Its remote jobs are to be stopped with grace, in this same transaction (an outbox the
+    # executor empties over SSH: see gpu_pool.store.jobs). After change_state, which updated
+    # the request row: on PostgreSQL a concurrent record_jobs (which locks that row) either
+    # committed its rows before, or sees the allocations ended and requests the stop itself.
+    grace = preemption.grace_s or policy.preemption_grace.total_seconds()
+    request_stop(conn, row["request_name"], STOP_PREEMPTED, grace, reason, now)
     return True
 
 

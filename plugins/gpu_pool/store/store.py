@@ -53,6 +53,7 @@ from gpu_pool.store import (
     apply,
     events,
     fleet,
+    jobs,
     ledger,
     lending,
     migrate,
@@ -459,6 +460,30 @@ class Store:
             raise NotFoundError("policy version", f"v{version}", known)
         return row
 
+    # -- remote jobs (see :mod:`gpu_pool.store.jobs`) ----------------------------------------
+
+    def record_jobs(self, request_name: str, specs: Sequence[Mapping[str, str]],
+                    grace_s: float | None = None) -> str | None:
+        """Record a task's remote jobs; the stop reason if its GPUs are already gone."""
+        with self._write() as conn:
+            return jobs.record_jobs(conn, request_name, specs, grace_s, self.clock())
+
+    def jobs_of(self, request_name: str) -> list[jobs.JobRecord]:
+        with self._read() as conn:
+            return jobs.jobs_of(conn, request_name)
+
+    def stops_due(self, limit: int = 100) -> list[jobs.JobRecord]:
+        with self._read() as conn:
+            return jobs.stops_due(conn, limit)
+
+    def mark_stop_sent(self, job_ids: Iterable[str]) -> int:
+        with self._write() as conn:
+            return jobs.mark_stop_sent(conn, job_ids, self.clock())
+
+    def preemption_notes(self) -> dict[str, str]:
+        """Pending requests whose jobs were preempted: who preempted them, and why."""
+        with self._read() as conn:
+            return jobs.preemption_notes(conn)
 
 def _conflict(message: str, error: BaseException) -> ConflictError:
     """A ConflictError whose ``detail`` is the database's own one-line reason."""

@@ -9,7 +9,9 @@ nodes of a gang polled at once), streams new output lines into the task log, and
   no warning was sent yet (the operator notifies, then defers again with ``warned=True``);
   a poll that finds the time limit already reached kills instead: stopping on time comes
   before the warning;
-* ``{"status": "done", "outcome": ..., "results": ...}`` when every job has exited;
+* ``{"status": "done", "outcome": ..., "results": ...}`` when every job has exited
+  (``outcome`` ``preempted`` when the executor stopped the jobs for a more urgent request:
+  the operator then requeues the task without spending a retry);
 * ``{"status": "error", "message": ...}`` when the nodes cannot be reached.
 
 Each poll waits on the node up to ``poll_interval`` seconds for the job to end (see
@@ -58,7 +60,9 @@ from gpu_pool.remote.runner import outcome_of
 
 CLASSPATH = "gpu_pool.triggers.remote_job.GpuRemoteJobTrigger"
 # Worst first: the outcome of a job made of several node jobs.
-_SEVERITY = (Outcome.TIMED_OUT, Outcome.FAILED, Outcome.CANCELLED, Outcome.SUCCESS)
+# A gang preempted whole is PREEMPTED; a member that failed on its own still fails the task.
+_SEVERITY = (Outcome.TIMED_OUT, Outcome.FAILED, Outcome.CANCELLED, Outcome.PREEMPTED,
+             Outcome.SUCCESS)
 # A broken or refused connection, a wedged command, or an answer cut short: poll again.
 _TRANSIENT = (OSError, asyncssh.Error, TimeoutError, RemoteJobError)
 
@@ -202,8 +206,11 @@ class GpuRemoteJobTrigger(BaseTrigger):
                        metrics: dict[str, float]) -> bool:
         """Give the request's GPUs back now, billed to ``ended_at``; False if not done here
         (no request named, already released, or the store unreachable: the executor's
-        release when the task ends is the backstop)."""
-        if self.request is None:
+        release when the task ends is the backstop).
+
+        Never for a preempted job: the preemption already ended its allocations, and the
+        request, pending again, may hold new ones by now — those are its next run's."""
+        if self.request is None or outcome is Outcome.PREEMPTED:
             return False
         from gpu_pool.executor_support.release import release_ended_job, store_from_airflow
 
@@ -272,7 +279,9 @@ class GpuRemoteJobTrigger(BaseTrigger):
                 if all(s.done for s in statuses):
                     yield await self._done(statuses)
                     return
-                if any(s.done and outcome_of(s) is not Outcome.SUCCESS for s in statuses):
+                # A member preempted is not a failure: the executor stops every member.
+                if any(s.done and outcome_of(s) not in (Outcome.SUCCESS, Outcome.PREEMPTED)
+                       for s in statuses):
                     running = [spec for spec, s in zip(self.jobs, statuses, strict=True)
                                if not s.done]
                     await self.kill_jobs("gang_failed", only=running)
