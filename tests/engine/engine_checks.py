@@ -153,7 +153,8 @@ def check_plan(plan: Plan, snap: Snapshot) -> None:
     usage: dict = defaultdict(int)
     for a in snap.allocations:
         key = group_key(limits, a.team, a.purpose, a.gpu_model)
-        if key and a.borrowed_from is None:  # borrowed work counts against borrowing
+        # Borrowed work counts against borrowing; preempted work gives its quota back.
+        if key and a.borrowed_from is None and a.id not in gone:
             usage[key] += a.gpu_milli_total
     names = [p.request_name for p in plan.placements] + [x.request_name for x in plan.pending]
     assert sorted(names) == sorted(reqs), "every request placed or pending, exactly once"

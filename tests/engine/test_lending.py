@@ -318,3 +318,27 @@ def test_the_checker_refuses_borrowing_and_preemption_that_break_the_rules() -> 
         "alloc-young-a", "young", "x", "preempted", 120.0, "reclaim"),))
     with pytest.raises(AssertionError, match="too young"):
         check_plan(bad, young)
+
+
+def test_critical_work_frees_its_own_teams_quota_from_lower_priority_preemptible_work() -> None:
+    """Kueue's within-queue preemption: nlp's guarantee (8) is full of its own batch work;
+    a critical nlp request takes its quota and GPUs back from it, never from nlp's
+    non-preemptible work, and cv's idle GPUs stay cv's (nlp may not borrow them for
+    non-preemptible work)."""
+    own = (make_allocation("nlp-batch", B, (0, 1, 2, 3), team="nlp", priority=BATCH,
+                           preemptible=True, ran=timedelta(hours=1)),
+           make_allocation("nlp-prod", B, (4, 5, 6, 7), team="nlp", ran=timedelta(hours=1)))
+    urgent = make_request("x", 4, team="nlp", priority=PriorityClass.CRITICAL)
+    snap = make_snapshot([A, B], [urgent], allocations=own, quotas=QUOTAS)
+    result = plan(snap)
+    check_plan(result, snap)
+    (pre,) = result.preemptions
+    assert pre.request_name == "nlp-batch" and pre.kind == "critical"
+    assert "within team nlp's quota" in pre.message
+    assert result.placement_of("x").assignments[0].node == "b"
+    # Only non-preemptible work in the quota: nothing to take, the request waits for quota.
+    prod = (make_allocation("nlp-prod", B, tuple(range(8)), team="nlp", ran=timedelta(hours=1)),)
+    snap = make_snapshot([A, B], [urgent], allocations=prod, quotas=QUOTAS)
+    result = plan(snap)
+    assert result.preemptions == () and result.placement_of("x") is None
+    assert result.reason_of("x").code is ReasonCode.QUOTA_EXHAUSTED

@@ -254,7 +254,7 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
             placements = [*placements, *more]
     # 6. (a) critical preemption, (b) reclaiming guarantees, (c) borrowing beyond them
     placed = {p.request_name for p in placements}
-    preempter = preempt.Preempter(final, allocations_usage, policy, now)
+    preempter = preempt.Preempter(final, allocations_usage, policy, now, book)
     preemptions = []
     for step in (preempter.critical, preempter.reclaim):
         waiting = [r for r in ordered if r.name not in placed]

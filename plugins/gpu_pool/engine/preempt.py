@@ -24,7 +24,10 @@ Rules (step 6 of :func:`gpu_pool.engine.plan.plan_on_state`, on the plan's final
   are freed in order — (reclaim: borrowed from another team last), lowest priority first,
   then least work lost — until the request fits; among nodes it takes the set that keeps
   the most urgent victim least urgent, then loses the least work, then has the fewest
-  victims (ties: row order). A request whose quota or data blocks it is not helped.
+  victims (ties: row order). A request whose data blocks it is not helped. A critical
+  request whose team's quota is used up may preempt lower-priority preemptible work of
+  the same quota group (its own team's): a victim within its group's guarantee gives its
+  quota back as well as its GPUs (as Kueue's within-queue preemption of lower priority).
 * Gang requests do not preempt (all-or-nothing across nodes would need a search this rule
   does not make). Every preemption carries the victim's grace (its own, else
   ``Policy.preemption_grace``) and says why in a sentence.
@@ -46,6 +49,7 @@ import numpy as np
 
 from gpu_pool.engine.greedy import Cycle, fit
 from gpu_pool.engine.objective import RequestView
+from gpu_pool.engine.quota import QuotaBook
 from gpu_pool.engine.types import NodeAssignment, Placement, Preemption
 from gpu_pool.model import (
     MILLI_PER_GPU,
@@ -61,6 +65,13 @@ def _part(a: Allocation) -> NodeAssignment:
     return NodeAssignment(a.node, a.gpu_indices, a.gpu_milli, a.cpu_milli, a.memory_mib)
 
 
+def _free(cycle: Cycle, v: Victim) -> None:
+    """Release ``v``'s GPUs on ``cycle`` and give back the quota they drew on."""
+    cycle.release([_part(a) for a in v.allocations])
+    for group, milli in v.quota:
+        cycle.remaining[group] += milli
+
+
 @dataclass(frozen=True)
 class Victim:
     """All active allocations of one running request."""
@@ -71,6 +82,8 @@ class Victim:
     work_lost: float  # GPU-seconds run so far
     borrowed_from: str | None
     grace_s: float
+    # (quota group, milli) its parts draw on within guarantees: given back when preempted.
+    quota: tuple[tuple[int, int], ...] = ()
 
     @property
     def team(self) -> str:
@@ -110,12 +123,14 @@ class Preempter:
     """Victims on the final cycle, shared by the critical and the reclaim steps."""
 
     def __init__(self, cycle: Cycle, allocations: Sequence[Allocation], policy: Policy,
-                 now: datetime) -> None:
+                 now: datetime, book: QuotaBook | None = None) -> None:
         self.cycle = cycle
         self.policy = policy
         self.by_row: dict[int, list[Victim]] = defaultdict(list)
         row_of = cycle.state.layout.row_of
         for v in victims_of(allocations, policy, now):
+            if book is not None and len(cycle.remaining):
+                v = replace(v, quota=book.quota_parts(v.allocations))
             if all(a.node in row_of for a in v.allocations):
                 for row in sorted({row_of[a.node] for a in v.allocations}):
                     self.by_row[row].append(v)
@@ -147,7 +162,7 @@ class Preempter:
             freed: list[Victim] = []
             rows = np.array([row])
             for v in pool:
-                trial.release([_part(a) for a in v.allocations])
+                _free(trial, v)
                 freed.append(v)
                 if fit(trial, r, weight, view, g, rows) is not None:
                     freed = self._minimal(r, weight, view, g, row, freed, order)
@@ -171,7 +186,7 @@ class Preempter:
             rest = [x for x in keep if x is not v]
             trial = self.cycle.clone()
             for x in rest:
-                trial.release([_part(a) for a in x.allocations])
+                _free(trial, x)
             if fit(trial, r, weight, view, g, np.array([row])) is not None:
                 keep = rest
         return keep
@@ -183,7 +198,7 @@ class Preempter:
         self._failed.clear()
         out = []
         for v in freed:
-            cycle.release([_part(a) for a in v.allocations])
+            _free(cycle, v)
             self.taken.add(v.request_name)
             for a in v.allocations:
                 self.nodes.add(a.node)
@@ -217,7 +232,9 @@ class Preempter:
                 r, weights[r.name], view, g, row, freed,
                 lambda v, r=r, node=node: (
                     f"preempted for critical request {r.name}: it needs {node} and nothing "
-                    f"else fits, grace {v.grace_s:g} s"), "critical")
+                    f"else fits" + (f" within team {r.team}'s quota" if v.quota and v.team
+                                    == r.team else "") + f", grace {v.grace_s:g} s"),
+                "critical")
             placements.append(placed)
             preemptions.extend(pre)
         return placements, preemptions

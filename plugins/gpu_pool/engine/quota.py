@@ -112,6 +112,18 @@ class QuotaBook:
                 book.used_milli[g] += a.gpu_milli_total
         return book
 
+    def quota_parts(self, allocations: Sequence[Allocation]) -> tuple[tuple[int, int], ...]:
+        """(group, milli) that ``allocations`` count against within guarantees (borrowed
+        ones count against borrowing, not here): what their end gives back."""
+        index = {k: i for i, k in enumerate(self.keys)}
+        out = []
+        for a in allocations:
+            if a.borrowed_from is None:
+                g = self._resolve(index, a.team, a.purpose, a.gpu_model)
+                if g >= 0:
+                    out.append((g, a.gpu_milli_total))
+        return tuple(out)
+
     def consent(self, lender: str) -> Lending:
         """The lender's consent on record, or the default: every team, no limit."""
         return self.consents.get(lender) or Lending(lender)
