@@ -44,6 +44,7 @@ from gpu_pool.api.schemas import (
 )
 from gpu_pool.errors import ConflictError, NotFoundError, SpecError, StoreError
 from gpu_pool.model import NodeState, Policy
+from gpu_pool.ops import crosszone
 from gpu_pool.spec import parse_name, parse_quota, parse_text
 from gpu_pool.store import Store, resolve_db_url
 
@@ -186,7 +187,7 @@ def create_app(store_factory: Callable[[], Store] | None = None,
             started_at=e.started_at, ended_at=e.ended_at, gpu_hours=round(e.gpu_hours, 4),
             cost=round(e.cost, 4), outcome=str(e.outcome), borrowed_from=e.borrowed_from,
             off_peak=e.off_peak, transfer_s=e.transfer_s,
-            expected_wait_saved_s=e.expected_wait_saved_s)
+            expected_wait_saved_s=crosszone.finite(e.expected_wait_saved_s))
             for e in store().ledger(since=since, until=until) if team in (None, e.team)]
 
     @app.get("/api/usage", dependencies=auth, response_model=UsageOut, tags=["ledger"])

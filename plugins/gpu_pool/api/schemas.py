@@ -185,7 +185,8 @@ class LedgerEntryOut(BaseModel):
     borrowed_from: str | None = None
     off_peak: bool = False
     transfer_s: float = 0.0
-    expected_wait_saved_s: float = 0.0
+    # Cross-zone: the home-zone wait the move was to save (null: unbounded, no known end).
+    expected_wait_saved_s: float | None = 0.0
 
 
 class UsageBucketOut(BaseModel):

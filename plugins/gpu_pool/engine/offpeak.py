@@ -71,7 +71,8 @@ def local_hhmm(when: datetime, policy: Policy) -> str:
     return when.astimezone(ZoneInfo(policy.off_peak.timezone)).strftime("%H:%M")
 
 
-def _hours(d: timedelta) -> str:
+def whole_duration(d: timedelta) -> str:
+    """``d`` in whole hours, minutes or seconds: '10 h', '90 min', '45 s'."""
     seconds = int(d.total_seconds())
     if seconds % 3600 == 0:
         return f"{seconds // 3600} h"
@@ -117,7 +118,7 @@ class OffPeakGate:
         if request.time_limit is None:
             why = "it has no time limit, so it could run past"
         else:
-            why = f"its {_hours(request.time_limit)} time limit runs past"
+            why = f"its {whole_duration(request.time_limit)} time limit runs past"
         return f"held back: {why} {self.peak_text}; off-peak work must end before the peak"
 
 

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -52,6 +51,7 @@ from gpu_pool.engine import borrow, zones
 from gpu_pool.engine.compat import describe_part
 from gpu_pool.engine.greedy import Cycle, candidate_rows, fit
 from gpu_pool.engine.objective import RequestView
+from gpu_pool.engine.offpeak import whole_duration
 from gpu_pool.engine.quota import EXPIRED, NO_QUOTA, UNLIMITED, QuotaBook
 from gpu_pool.engine.types import PendingReason, ReasonCode
 from gpu_pool.engine.zones import ZoneCall
@@ -223,7 +223,7 @@ def pending_reason(request: Request, weight: int, view: RequestView, groups: np.
                 name, ReasonCode.WAITING_FOR_CAPACITY,
                 f"{_missing(request, view, opened)}; {', '.join(mine.nodes)} reserved for it "
                 f"since {mine.since:%Y-%m-%d %H:%M} UTC (pending over "
-                f"{_duration(inputs.policy.reserve_after)}): nothing else starts there until "
+                f"{whole_duration(inputs.policy.reserve_after)}): nothing else starts there until "
                 "it does")
         choice = fit(opened, request, weight, view, groups)
         if choice is not None:
@@ -235,7 +235,7 @@ def pending_reason(request: Request, weight: int, view: RequestView, groups: np.
                         name, ReasonCode.NODE_RESERVED,
                         f"fits only on {', '.join(sorted(taken & set(x.nodes)))}, reserved "
                         f"for {x.request_name} (pending over "
-                        f"{_duration(inputs.policy.reserve_after)}: starving requests go "
+                        f"{whole_duration(inputs.policy.reserve_after)}: starving requests go "
                         "first)")
     return PendingReason(name, ReasonCode.WAITING_FOR_CAPACITY, _missing(request, view, end))
 
@@ -255,11 +255,3 @@ def queued_behind(reason: PendingReason, ahead: int) -> PendingReason:
                          f"{reason.message}; {who} of the same shape and team, ranked ahead "
                          f"of it, {verb} for the same GPUs")
 
-
-def _duration(d: timedelta) -> str:
-    seconds = int(d.total_seconds())
-    if seconds % 3600 == 0:
-        return f"{seconds // 3600} h"
-    if seconds % 60 == 0:
-        return f"{seconds // 60} min"
-    return f"{seconds} s"
