@@ -66,6 +66,7 @@ def check_preemptions(plan: Plan, snap: Snapshot) -> None:
         a = by_id[p.allocation_id]
         if p.kind == "peak":  # the peak ends preemptible off-peak work, nothing else
             assert a.off_peak and a.preemptible and not policy.off_peak.contains(snap.now)
+            assert a.preemptions < policy.max_preemptions_per_task, "preempted too often"
             continue
         assert a.preemptible and a.priority is not PriorityClass.CRITICAL, "only batch preempted"
         assert snap.now - a.started_at >= policy.min_runtime_before_preemption, "too young"

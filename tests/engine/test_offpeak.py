@@ -35,9 +35,9 @@ NIGHT = datetime(2026, 12, 1, 22, 0, tzinfo=UTC)
 DAY = datetime(2026, 12, 2, 7, 0, tzinfo=UTC)  # 08:00 Berlin: the peak
 
 
-def _req(name, *, hours=None, **kw):
+def _req(name, *, hours=None, preemptions=0, **kw):
     r = make_request(name, 4, **kw)
-    return replace(r, submitted_at=NIGHT - timedelta(minutes=5),
+    return replace(r, submitted_at=NIGHT - timedelta(minutes=5), preemptions=preemptions,
                    time_limit=None if hours is None else timedelta(hours=hours))
 
 
@@ -54,6 +54,8 @@ def _plan(requests, now=NIGHT, allocations=(), policy=POLICY):
     (dict(purpose=Purpose.PRETRAINING, hours=9), True),           # exactly at the peak
     (dict(purpose=Purpose.PRETRAINING, hours=9.5), False),
     (dict(preemptible=True), True),                               # the peak reclaims it
+    (dict(preemptible=True, preemptions=2), False),               # ... not once at the cap
+    (dict(preemptible=True, preemptions=2, hours=6), True),       # unless it ends in time
     (dict(hours=1), False),                                       # normal training: never
     (dict(purpose=Purpose.INFERENCE, hours=1), False),
 ])
@@ -102,6 +104,7 @@ def _alloc(name, *, off_peak=True, preemptible=True, grace=None, state=Allocatio
 def test_peak_reclaims_exactly_the_preemptible_off_peak_allocations():
     allocs = [_alloc("lent"), _alloc("own", off_peak=False), _alloc("kept", preemptible=False),
               _alloc("graced", grace=timedelta(seconds=30)),
+              replace(_alloc("tired"), preemptions=2),  # at the cap: left to its time limit
               _alloc("gone", state=AllocationState.RELEASED)]
     assert peak_reclaims(allocs, POLICY, NIGHT) == []
     out = peak_reclaims(allocs, POLICY, DAY + timedelta(minutes=1))
@@ -120,6 +123,7 @@ _KW = st.fixed_dictionaries({
     "purpose": st.sampled_from(list(Purpose)),
     "preemptible": st.booleans(),
     "hours": st.one_of(st.none(), st.integers(1, 14)),
+    "preemptions": st.integers(0, 3),
 })
 
 
@@ -136,7 +140,7 @@ def test_never_lends_non_preemptible_work_across_the_peak(kws, hour):
         r = by_name[x.request_name]
         if x.off_peak:
             assert eligible(r) and BERLIN.contains(now)
-            if not r.preemptible:
+            if not r.preemptible or r.preemptions >= POLICY.max_preemptions_per_task:
                 assert r.time_limit is not None and now + r.time_limit <= peak
     # Within quota otherwise: what is not off-peak fits the quota of 4.
     assert sum(len(a.gpu_indices) for x in p.placements if not x.off_peak
@@ -228,7 +232,8 @@ def test_peak_reclaims_exactly_the_preemptible_off_peak_ones(flags, quarter_hour
     got = {x.request_name for x in peak_reclaims(allocs, POLICY, now)}
     want = set() if BERLIN.contains(now) else {
         a.request_name for a in allocs
-        if a.off_peak and a.preemptible and a.state is AllocationState.ACTIVE}
+        if a.off_peak and a.preemptible and a.state is AllocationState.ACTIVE
+        and a.preemptions < POLICY.max_preemptions_per_task}
     assert got == want
     assert all(x.kind == "peak" and x.grace_s == 120.0
                for x in peak_reclaims(allocs, POLICY, now))

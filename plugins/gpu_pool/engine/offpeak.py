@@ -14,9 +14,10 @@ eligible
     never goes beyond quota. Lending never opens a missing or expired quota
     (:meth:`QuotaBook.group_of` keeps those codes).
 lent
-    An eligible request that also ends before the peak: either it is preemptible (the peak
-    then reclaims it with grace), or ``now + time_limit <= peak``. A non-preemptible
-    request with no time limit, or one that runs past the peak, is *held back*: it keeps
+    An eligible request that also ends before the peak: either it is preemptible and
+    preempted fewer than ``Policy.max_preemptions_per_task`` times (the peak then reclaims
+    it with grace), or ``now + time_limit <= peak``. Any other request with no time limit,
+    or one that runs past the peak, is *held back*: it keeps
     its ordinary quota, and when that leaves it pending its reason says so
     ("held back: its 6 h time limit runs past the peak at 08:00 Europe/Berlin; off-peak
     work must end before the peak").
@@ -30,8 +31,9 @@ off-peak placement
 Rules at the peak (:func:`peak_reclaims`)
 -----------------------------------------
 Once ``now`` is no longer off-peak, every active allocation marked ``off_peak`` that is
-preemptible is preempted (kind ``peak``) with its own grace, else the policy's
-``preemption_grace``. A non-preemptible off-peak allocation cannot outlive the peak by
+preemptible (and preempted fewer than ``max_preemptions_per_task`` times) is preempted
+(kind ``peak``) with its own grace, else the policy's ``preemption_grace``. Any other
+off-peak allocation cannot outlive the peak by
 construction (it was lent only when its time limit ended before the peak); if one still
 runs (its time limit was changed, a clock moved), it is left alone: preempting work that
 was promised an uninterrupted run is worse than a late peak, and its time limit ends it.
@@ -105,7 +107,11 @@ class OffPeakGate:
         """Whether ``request`` may go beyond its quota now (module docstring: *lent*)."""
         if not self.open or not eligible(request):
             return False
-        if request.preemptible or self.peak is None:
+        # Preemptible work may run past the peak, which takes it back with grace: only
+        # while it may still be preempted (max_preemptions_per_task).
+        reclaimable = (request.preemptible
+                       and request.preemptions < self.policy.max_preemptions_per_task)
+        if reclaimable or self.peak is None:
             return True
         return (request.time_limit is not None
                 and self.now + request.time_limit <= self.peak)
@@ -178,6 +184,8 @@ def peak_reclaims(allocations: Sequence[Allocation], policy: Policy,
     for a in allocations:
         if a.state is not AllocationState.ACTIVE or not a.off_peak or not a.preemptible:
             continue
+        if a.preemptions >= policy.max_preemptions_per_task:
+            continue  # preempted as often as a task may be: left to its time limit
         grace = a.grace if a.grace is not None else policy.preemption_grace
         peak = policy.off_peak.peak_starts(a.started_at)
         ended = f" at {local_hhmm(peak, policy)}" if peak is not None and peak <= now else ""
