@@ -42,3 +42,12 @@ def test_ledger_rows_keep_borrowed_off_peak_and_transfer() -> None:
                          node="n1", gpu_model="A100", gpus=2.0, started_at=NOW, ended_at=NOW,
                          gpu_hours=0.0, cost=0.0, outcome="preempted", borrowed_from="cv")
     assert out.model_dump()["borrowed_from"] == "cv"
+
+
+def test_fleet_holders_say_whose_gpus_they_borrow_and_off_peak() -> None:
+    lent = views.holder_out(_alloc("cv"), {})
+    assert (lent.borrowed_from, lent.off_peak) == ("cv", False)
+    night = views.holder_out(_alloc(""), {})
+    assert (night.borrowed_from, night.off_peak) == ("", True)
+    own = views.holder_out(_alloc(None), {})
+    assert (own.borrowed_from, own.off_peak) == (None, False)

@@ -47,6 +47,9 @@ class HolderOut(BaseModel):
     since: datetime
     until: datetime | None
     task: TaskLinkOut | None = None
+    # The team whose idle guaranteed GPUs it borrows ("": capacity no guarantee covers).
+    borrowed_from: str | None = None
+    off_peak: bool = False  # beyond quota in an off-peak window: the peak takes it back
 
 
 class GpuOut(BaseModel):

@@ -113,6 +113,15 @@ def fair_share(store: Store, policy: Policy | None, now: datetime,
                                rank=rank[t]) for t in sorted(rank, key=rank.__getitem__)]
 
 
+def holder_out(a: Allocation, links: dict[str, Any]) -> HolderOut:
+    """One holder of a GPU, with the sharing marks (borrowed from whom, off-peak)."""
+    return HolderOut(allocation_id=a.id, request=a.request_name, team=a.team,
+                     purpose=str(a.purpose), priority=str(a.priority),
+                     share_milli=a.gpu_milli, since=a.started_at, until=a.ends_by,
+                     task=task_link(links.get(a.request_name)),
+                     borrowed_from=a.borrowed_from, off_peak=a.off_peak)
+
+
 def fleet(store: Store, now: datetime, policy: Policy | None = None) -> FleetOut:
     nodes = store.list_nodes()
     active = store.active_allocations()
@@ -121,10 +130,7 @@ def fleet(store: Store, now: datetime, policy: Policy | None = None) -> FleetOut
     holders: dict[tuple[str, int], list[HolderOut]] = defaultdict(list)
     held: dict[tuple[str, int], int] = defaultdict(int)
     for a in active:
-        holder = HolderOut(allocation_id=a.id, request=a.request_name, team=a.team,
-                           purpose=str(a.purpose), priority=str(a.priority),
-                           share_milli=a.gpu_milli, since=a.started_at, until=a.ends_by,
-                           task=task_link(links.get(a.request_name)))
+        holder = holder_out(a, links)
         for idx in a.gpu_indices:
             holders[(a.node, idx)].append(holder)
             held[(a.node, idx)] += a.gpu_milli

@@ -78,7 +78,10 @@ function gpuTooltip(node, gpu) {
   if (node.state !== "up") lines.push(`node ${node.state}${node.state_reason ? ": " + node.state_reason : ""}`);
   for (const h of gpu.holders) {
     const share = h.share_milli < 1000 ? ` (${h.share_milli / 10}% share)` : "";
-    lines.push(`held by ${h.team}: ${h.request}${share}`,
+    const lent = h.borrowed_from === null || h.borrowed_from === undefined ? ""
+      : ` · borrowed from ${h.borrowed_from ? "team " + h.borrowed_from : "capacity no guarantee covers"}`;
+    const night = h.off_peak ? " · off-peak, beyond quota until the peak" : "";
+    lines.push(`held by ${h.team}: ${h.request}${share}${lent}${night}`,
       `  since ${when(h.since)} until ${when(h.until)}` + (h.task ? `\n  task ${h.task.dag_id}.${h.task.task_id}` : ""));
   }
   return lines.join("\n");
