@@ -61,7 +61,9 @@ def seed(store: Store, now: datetime, *, extra_nodes: int = 194,
 
     ``extra_nodes`` (at least 48, for the down node) and ``bulk`` size the synthetic part.
     """
-    policy = Policy()
+    # Off-peak lending off: the seed's story (cycles hours apart) must not depend on the
+    # hour the tests run at (a lent placement would be preempted by a later cycle's peak).
+    policy = Policy(lend_idle_off_peak=False)
     nodes = parse_nodes_document(_demo("fleet.yaml"), "fleet.yaml", policy=policy)
     extra = synthetic_nodes(extra_nodes)
     nodes += parse_nodes(extra, source="synthetic", policy=policy)

@@ -50,6 +50,9 @@ class ReasonCode(enum.StrEnum):
     DATA_ZONE = "waiting_for_data_zone"
     # It fits only on nodes reserved for a starving request (gpu_pool.engine.reserve).
     NODE_RESERVED = "node_reserved"
+    # Set by the store when a plan preempts a running request, until the next plan gives
+    # it a reason of its own (the sentence says who preempted it and why).
+    PREEMPTED = "preempted"
 
 
 @dataclass(frozen=True)
