@@ -64,6 +64,8 @@ def test_bad_lending_is_one_line_exit_2(db: str, argv: list[str], field: str,
 
 def test_borrowed_placement_is_shown_as_borrowed(db: str, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # Off-peak lending off: at night the request would be lent beyond quota, not borrowed.
+    assert main(["--db", db, "policy", "set", "lend_idle_off_peak=false"]) == 0
     for team, gpus, borrow in (("cv", "8", "0"), ("nlp", "8", "4")):
         assert main(["--db", db, "quota", "set", "--team", team, "--purpose", "training",
                      "--gpus", gpus, "--borrow", borrow, "--from", "2026-01-01",
