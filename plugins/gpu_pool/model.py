@@ -463,9 +463,13 @@ class Policy:
     borrowing: bool = True
     # A team below its guarantee with work queued takes back GPUs lent out (preemption).
     reclaim_guarantees: bool = True
+    # Critical work is never held back by its team's quota while GPUs are idle: it
+    # borrows them although it cannot be reclaimed (it is not preempted).
+    critical_borrows: bool = True
     # SIGTERM to SIGKILL for a preempted task, unless the task sets its own.
     preemption_grace: timedelta = timedelta(seconds=120)
-    # A placement runs at least this long before it may be preempted (again).
+    # A task preempted before runs at least this long again before it may be preempted
+    # again (no preemption loops); a first preemption needs no minimum runtime.
     min_runtime_before_preemption: timedelta = timedelta(minutes=10)
     # A task preempted this many times is not preempted again.
     max_preemptions_per_task: int = 2

@@ -56,12 +56,23 @@ def quota_limits(snap: Snapshot, borrow: bool = False):
 
 def check_preemptions(plan: Plan, snap: Snapshot) -> None:
     """Only eligible work is preempted (preemptible, not critical, run long enough, not
-    preempted too often), gangs whole, with the right grace; reclaim takes borrowed work
-    only, critical preemption serves critical requests only."""
+    preempted too often), gangs whole, with the right grace; reclaim takes borrowed work or
+    work of teams over their guarantee (never below it), critical preemption serves
+    critical requests only."""
     reqs = {r.name: r for r in snap.requests}
     by_id = {a.id: a for a in snap.allocations}
     policy = snap.policy
     gone = {p.allocation_id for p in plan.preemptions}
+    guarantee: dict = defaultdict(int)
+    for q in snap.quotas:
+        if q.active_at(snap.now):
+            guarantee[q.team] += round(q.gpus * MILLI_PER_GPU)
+    over: dict = defaultdict(int)  # what each team holds beyond its guarantees
+    for a in snap.allocations:
+        if a.team in guarantee:
+            over[a.team] += a.gpu_milli_total
+    over = {t: held - guarantee[t] for t, held in over.items()}
+    taken: dict = defaultdict(int)  # reclaimed from work not marked borrowed, per team
     for p in plan.preemptions:
         a = by_id[p.allocation_id]
         if p.kind == "peak":  # the peak ends preemptible off-peak work, nothing else
@@ -69,7 +80,8 @@ def check_preemptions(plan: Plan, snap: Snapshot) -> None:
             assert a.preemptions < policy.max_preemptions_per_task, "preempted too often"
             continue
         assert a.preemptible and a.priority is not PriorityClass.CRITICAL, "only batch preempted"
-        assert snap.now - a.started_at >= policy.min_runtime_before_preemption, "too young"
+        assert a.preemptions == 0 or (
+            snap.now - a.started_at >= policy.min_runtime_before_preemption), "too young"
         assert a.preemptions < policy.max_preemptions_per_task, "preempted too often"
         grace = a.grace if a.grace is not None else policy.preemption_grace
         assert p.grace_s == grace.total_seconds()
@@ -77,8 +89,12 @@ def check_preemptions(plan: Plan, snap: Snapshot) -> None:
             assert reqs[p.for_request].priority is PriorityClass.CRITICAL
         else:
             assert p.kind == "reclaim" and policy.reclaim_guarantees, p
-            assert a.borrowed_from is not None, "reclaim takes borrowed work only"
             assert a.team != reqs[p.for_request].team, "a team reclaims from other teams only"
+            if a.borrowed_from is None:
+                taken[a.team] += a.gpu_milli_total
+                assert taken[a.team] <= over.get(a.team, 0), (
+                    f"reclaim took {a.request_name} of team {a.team}, which it left below "
+                    "its guarantee: reclaim takes borrowed work, or work beyond a guarantee")
         for b in snap.allocations:  # a gang goes whole
             if b.request_name == a.request_name:
                 assert b.id in gone, f"{a.request_name}: gang preempted in part"
@@ -105,9 +121,13 @@ def check_borrowing(plan: Plan, snap: Snapshot) -> None:
             continue
         r = reqs[p.request_name]
         assert snap.quotas and snap.policy.borrowing, "borrowed in an open fleet / with it off"
-        assert r.preemptible, f"{r.name}: not preemptible, yet borrowed"
-        assert r.preemptions < snap.policy.max_preemptions_per_task, (
-            f"{r.name}: preempted as often as a task may be, yet borrowed")
+        if (r.priority is PriorityClass.CRITICAL and snap.policy.critical_borrows
+                and "not reclaimed" in p.note):
+            pass  # critical work borrows though it cannot be reclaimed
+        else:
+            assert r.preemptible, f"{r.name}: not preemptible, yet borrowed"
+            assert r.preemptions < snap.policy.max_preemptions_per_task, (
+                f"{r.name}: preempted as often as a task may be, yet borrowed")
         assert p.note.startswith("borrowed "), p.note
         if p.borrowed_from:
             c = consent.get(p.borrowed_from)

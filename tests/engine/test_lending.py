@@ -150,16 +150,18 @@ RECLAIM_CASES = [
      [_lent("s1", A, (0,)), _lent("s2", A, (1,)),
       make_allocation("mine", A, (2, 3), team="nlp"),
       _lent("big", A, (4, 5, 6, 7), ran=timedelta(hours=2))], ["big"]),
-    ("too young to preempt",
-     [_lent("young", A, tuple(range(8)), ran=timedelta(minutes=5))], []),
+    ("preempted before and too young to preempt again",
+     [_lent("young", A, tuple(range(8)), ran=timedelta(minutes=5), preemptions=1)], []),
+    ("a first preemption needs no minimum runtime",
+     [_lent("young", A, tuple(range(8)), ran=timedelta(minutes=1))], ["young"]),
     ("preempted too often",
      [_lent("tired", A, tuple(range(8)), preemptions=2)], []),
     ("its own team's borrowed work is not reclaimed",
      [make_allocation("cv-own-borrow", A, tuple(range(8)), team="cv", priority=BATCH,
                       preemptible=True, borrowed_from="nlp", ran=timedelta(hours=1))], []),
-    ("not borrowed: not reclaimed",
+    ("a team over its guarantee gives back work not marked borrowed (Kueue's reclaim)",
      [make_allocation("mine", A, tuple(range(8)), team="nlp", priority=BATCH,
-                      preemptible=True)], []),
+                      preemptible=True)], ["mine"]),
     ("borrowed from this team before another's",
      [_lent("from-nlp", A, (0, 1, 2, 3), lender="speech"),
       _lent("from-cv", A, (4, 5, 6, 7), ran=timedelta(hours=2))], ["from-cv"]),
@@ -174,7 +176,10 @@ def test_reclaim_choice(allocations, expected) -> None:
     assert (result.placement_of("x") is not None) == bool(expected)
     for p in result.preemptions:
         assert p.kind == "reclaim" and p.grace_s == 120.0
-        assert p.message == "preempted: team cv reclaimed its guarantee, grace 120 s"
+        assert p.message in (
+            "preempted: team cv reclaimed its guarantee, grace 120 s",
+            "preempted: team cv reclaimed its guarantee (team nlp holds more than its own "
+            "guarantee), grace 120 s")
 
 
 def test_fewest_victims_across_nodes() -> None:
@@ -193,12 +198,29 @@ def test_fewest_victims_across_nodes() -> None:
     assert "took back 4 GPUs lent to team nlp (one)" in result.placement_of("x").note
 
 
+def test_work_within_its_teams_guarantee_is_not_reclaimed() -> None:
+    """nlp holds 4 + 4 = its guarantee of 8, none of it borrowed: cv, which needs all 8
+    GPUs of node a, finds nothing to take back and waits."""
+    allocs = (make_allocation("nlp-own", B, (0, 1, 2, 3), team="nlp"),
+              make_allocation("mine", A, (0, 1, 2, 3), team="nlp", priority=BATCH,
+                              preemptible=True))
+    snap = make_snapshot([A, B], [_cv(8)], allocations=allocs, quotas=QUOTAS)
+    result = plan(snap)
+    check_plan(result, snap)
+    assert result.preemptions == ()
+    # One more GPU of nlp's beyond its guarantee: still nothing, taking "mine" (4 GPUs)
+    # would leave nlp 3 below it.
+    extra = make_allocation("extra", B, (4,), team="nlp", priority=BATCH, preemptible=True)
+    snap = make_snapshot([A, B], [_cv(8)], allocations=(*allocs, extra), quotas=QUOTAS)
+    assert plan(snap).preemptions == ()
+
+
 def test_a_gang_is_preempted_whole_or_not_at_all() -> None:
     c = make_node("c", "A100", 4)
 
     def run(gang_ran: timedelta):
-        allocs = (*NLP_FULL, _lent("gang", A, (0, 1, 2, 3)),
-                  _lent("gang", c, (0, 1), ran=gang_ran),
+        allocs = (*NLP_FULL, _lent("gang", A, (0, 1, 2, 3), preemptions=1),
+                  _lent("gang", c, (0, 1), ran=gang_ran, preemptions=1),
                   _lent("other", A, (4, 5, 6, 7), priority=PriorityClass.LOW),
                   make_allocation("fill", c, (2, 3), team="cv"))
         snap = make_snapshot([A, B, c], [_cv()], allocations=allocs, quotas=QUOTAS)
@@ -226,7 +248,7 @@ def test_beyond_its_guarantee_a_team_does_not_reclaim() -> None:
 
 def test_critical_preemption_keeps_the_same_rules() -> None:
     crit = make_request("x", 4, team="cv", priority=PriorityClass.CRITICAL)
-    young = _lent("young", A, tuple(range(8)), ran=timedelta(minutes=1))
+    young = _lent("young", A, tuple(range(8)), ran=timedelta(minutes=1), preemptions=1)
     assert _reclaim([young], request=crit).preemptions == ()
     result = _reclaim([make_allocation("b1", A, tuple(range(8)), team="speech",
                                        priority=BATCH, preemptible=True)], request=crit)
@@ -273,7 +295,8 @@ def _restorable(result, snap) -> list[str]:
                     continue
                 if all(a.borrowed_from is not None and a.team != r.team and a.preemptible
                        and a.priority is not PriorityClass.CRITICAL
-                       and snap.now - a.started_at >= policy.min_runtime_before_preemption
+                       and (a.preemptions == 0
+                            or snap.now - a.started_at >= policy.min_runtime_before_preemption)
                        and a.preemptions < policy.max_preemptions_per_task for a in parts):
                     gain += sum(len(a.gpu_indices) for a in parts if a.node == node.name)
             if free[node.name] + gain >= r.gpus and gain > 0:
@@ -311,9 +334,9 @@ def test_the_checker_refuses_borrowing_and_preemption_that_break_the_rules() -> 
                        borrowed_from="cv", note="borrowed 4 GPUs idle in team cv's quota")
     with pytest.raises(AssertionError, match="not preemptible"):
         check_plan(dataclasses.replace(good, placements=(forged,), pending=()), snap)
-    reclaim = _reclaim([_lent("young", A, tuple(range(8)), ran=timedelta(minutes=1))])
-    young = make_snapshot([A, B], [_cv()], quotas=QUOTAS, allocations=(
-        *NLP_FULL, _lent("young", A, tuple(range(8)), ran=timedelta(minutes=1))))
+    again = _lent("young", A, tuple(range(8)), ran=timedelta(minutes=1), preemptions=1)
+    reclaim = _reclaim([again])
+    young = make_snapshot([A, B], [_cv()], quotas=QUOTAS, allocations=(*NLP_FULL, again))
     bad = dataclasses.replace(reclaim, preemptions=(Preemption(
         "alloc-young-a", "young", "x", "preempted", 120.0, "reclaim"),))
     with pytest.raises(AssertionError, match="too young"):
@@ -336,9 +359,18 @@ def test_critical_work_frees_its_own_teams_quota_from_lower_priority_preemptible
     assert pre.request_name == "nlp-batch" and pre.kind == "critical"
     assert "within team nlp's quota" in pre.message
     assert result.placement_of("x").assignments[0].node == "b"
-    # Only non-preemptible work in the quota: nothing to take, the request waits for quota.
+    # Only non-preemptible work in the quota: nothing to take; critical work borrows cv's
+    # idle GPUs (never reclaimed), or with critical_borrows off waits for its quota.
     prod = (make_allocation("nlp-prod", B, tuple(range(8)), team="nlp", ran=timedelta(hours=1)),)
     snap = make_snapshot([A, B], [urgent], allocations=prod, quotas=QUOTAS)
+    result = plan(snap)
+    check_plan(result, snap)
+    placed = result.placement_of("x")
+    assert result.preemptions == () and placed.borrowed_from == "cv"
+    assert placed.note == ("borrowed 4 GPUs idle in team cv's quota; critical work, not "
+                           "reclaimed: its lender waits for it to end")
+    snap = make_snapshot([A, B], [urgent], allocations=prod, quotas=QUOTAS,
+                         policy=Policy(critical_borrows=False))
     result = plan(snap)
     assert result.preemptions == () and result.placement_of("x") is None
     assert result.reason_of("x").code is ReasonCode.QUOTA_EXHAUSTED

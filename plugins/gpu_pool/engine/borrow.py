@@ -20,7 +20,10 @@ Rules (step 6c of :func:`gpu_pool.engine.plan.plan_on_state`, on the plan's fina
 ----------------------------------------------------------------------------------------
 * Nothing is borrowed in an open fleet (no quotas), with ``Policy.borrowing`` off, by a
   request without a live quota group, or by a request that is not preemptible (a task
-  that can never be reclaimed may not hold another team's GPUs).
+  that can never be reclaimed may not hold another team's GPUs) -- except critical work
+  with ``Policy.critical_borrows``: a critical request is never held back by its team's
+  quota while GPUs sit idle; it borrows them although it cannot be reclaimed (its
+  lender's reclaim takes other borrowers' work, or waits for it to end).
 * Still-pending requests are tried in the cycle's greedy order. A borrowed placement
   borrows all its GPUs from ONE lender (``Placement.borrowed_from``): the group's borrowing
   (``borrowed + request <= borrow limit``) and the lender's lendable must both hold the
@@ -45,7 +48,7 @@ from gpu_pool.engine.greedy import Cycle, fit
 from gpu_pool.engine.objective import RequestView
 from gpu_pool.engine.quota import NO_QUOTA, QuotaBook
 from gpu_pool.engine.types import Placement
-from gpu_pool.model import MILLI_PER_GPU, Policy, Request
+from gpu_pool.model import MILLI_PER_GPU, Policy, PriorityClass, Request
 
 UNGUARANTEED = ""
 
@@ -103,7 +106,7 @@ def borrow(cycle: Cycle, pending: Sequence[Request], weights: dict[str, int],
             open_rows[row] = False
     placements: list[Placement] = []
     for r in pending:
-        if not reclaimable(r, policy) or r.gpus == 0:
+        if not may_borrow(r, policy) or r.gpus == 0:
             continue
         g = groups[r.name]
         need = r.total_gpu_milli
@@ -139,10 +142,19 @@ def borrow(cycle: Cycle, pending: Sequence[Request], weights: dict[str, int],
                 borrowed[int(g[row])] += r.gpus * r.gpu_milli
             where = (f"idle in team {lender}'s quota" if lender
                      else "no team's guarantee covers")
-            note = f"borrowed {_gpus(need)} GPUs {where}; preemptible, may be reclaimed"
+            note = (f"borrowed {_gpus(need)} GPUs {where}; "
+                    + ("preemptible, may be reclaimed" if reclaimable(r, policy) else
+                       "critical work, not reclaimed: its lender waits for it to end"))
             placements.append(replace(placed, borrowed_from=lender, note=note))
             break
     return placements
+
+
+def may_borrow(request: Request, policy: Policy) -> bool:
+    """Whether ``request`` may borrow at all: reclaimable work, or critical work with
+    ``policy.critical_borrows``."""
+    return reclaimable(request, policy) or (
+        policy.critical_borrows and request.priority is PriorityClass.CRITICAL)
 
 
 def reclaimable(request: Request, policy: Policy) -> bool:
@@ -164,9 +176,11 @@ def why_not(request: Request, book: QuotaBook, policy: Policy, group: int) -> st
         return ""
     if not policy.borrowing:
         return "borrowing beyond guarantees is off"
-    if not request.preemptible:
+    if may_borrow(request, policy) and not reclaimable(request, policy):
+        pass  # critical work borrows though it cannot be reclaimed
+    elif not request.preemptible:
         return "held back: not preemptible, so it may not borrow beyond its guarantee"
-    if not reclaimable(request, policy):
+    elif not reclaimable(request, policy):
         return (f"held back: preempted {request.preemptions} times already, the most a task "
                 "may be, so it may not borrow beyond its guarantee (it could not be reclaimed)")
     need = request.total_gpu_milli

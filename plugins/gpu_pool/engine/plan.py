@@ -176,6 +176,15 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
         if key not in group_cache:
             group_cache[key] = book.groups_by_row(r, layout.models, lent)
         groups[r.name] = group_cache[key]
+    # Reclaim measures a request against its own guarantee, lent off-peak or not: a team
+    # below its guarantee takes back its GPUs at night as by day.
+    own_groups = dict(groups)
+    for r in requests:
+        if r.name in lent_names:
+            key = (r.team, r.purpose, False)
+            if key not in group_cache:
+                group_cache[key] = book.groups_by_row(r, layout.models, False)
+            own_groups[r.name] = group_cache[key]
     # 2. what cannot be placed this cycle at all
     never: dict[str, str | None] = {}
     compatible_rows: dict[int, int] = {}  # per view (shared by identical requests)
@@ -256,9 +265,9 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     placed = {p.request_name for p in placements}
     preempter = preempt.Preempter(final, allocations_usage, policy, now, book)
     preemptions = []
-    for step in (preempter.critical, preempter.reclaim):
+    for step, by in ((preempter.critical, groups), (preempter.reclaim, own_groups)):
         waiting = [r for r in ordered if r.name not in placed]
-        won, pre = step(waiting, weights, views, groups)
+        won, pre = step(waiting, weights, views, by)
         placements = [*placements, *won]
         placed |= {p.request_name for p in won}
         preemptions.extend(pre)

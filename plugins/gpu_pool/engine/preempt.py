@@ -18,8 +18,15 @@ Rules (step 6 of :func:`gpu_pool.engine.plan.plan_on_state`, on the plan's final
 * ``reclaim`` (6b, with ``Policy.reclaim_guarantees``): each single-node request still
   pending whose team's group has the whole request left in its guarantee
   (``usage + request <= guarantee``) may preempt eligible victims of other teams that
-  run on borrowed capacity (``Allocation.borrowed_from`` set), those borrowed from its own
-  team first (never its own team's borrowed work: that would trade GPUs within the team).
+  run on borrowed capacity (``Allocation.borrowed_from`` set) or whose team holds more
+  than its guarantees (within that team's excess: a reclaim never takes a team below its
+  own guarantee). As Kueue's reclaim within a cohort, it is the team that borrows, not
+  one placement: the GPUs a borrower holds beyond its guarantee may sit on any node, and
+  taking its work where the reclaiming request fits restores the guarantee where taking
+  only the placements marked borrowed could not (an 8-GPU request needs one node's 8).
+  Order: borrowed from the reclaiming team first, then other borrowed work, then other
+  work of teams over their guarantee (never its own team's: that would trade GPUs within
+  the team).
 * On each node the request could use (compatible, data move allowed, up), victims there
   are freed in order — (reclaim: borrowed from another team last), lowest priority first,
   then least work lost — until the request fits; among nodes it takes the set that keeps
@@ -89,12 +96,29 @@ class Victim:
     def team(self) -> str:
         return self.allocations[0].team
 
+    @property
+    def milli(self) -> int:
+        return sum(a.gpu_milli_total for a in self.allocations)
+
+
+def excess(book: QuotaBook, allocations: Sequence[Allocation]) -> dict[str, int]:
+    """Milli each team with a live guarantee holds beyond it (see the module docstring)."""
+    limit: dict[str, int] = defaultdict(int)
+    for (team, _p, _m), milli in zip(book.keys, book.limit_milli, strict=True):
+        limit[team] += int(milli)
+    held: dict[str, int] = defaultdict(int)
+    for a in allocations:
+        if a.state is AllocationState.ACTIVE and a.team in limit:
+            held[a.team] += a.gpu_milli_total
+    return {t: max(0, held[t] - limit[t]) for t in limit}
+
 
 def eligible(a: Allocation, policy: Policy, now: datetime) -> bool:
     """Whether ``a`` alone may be preempted now (see the module docstring)."""
     return (a.preemptible and a.priority is not PriorityClass.CRITICAL
             and a.state is AllocationState.ACTIVE
-            and now - a.started_at >= policy.min_runtime_before_preemption
+            and (a.preemptions == 0
+                 or now - a.started_at >= policy.min_runtime_before_preemption)
             and a.preemptions < policy.max_preemptions_per_task)
 
 
@@ -126,6 +150,7 @@ class Preempter:
                  now: datetime, book: QuotaBook | None = None) -> None:
         self.cycle = cycle
         self.policy = policy
+        self.excess = excess(book, allocations) if book is not None else {}
         self.by_row: dict[int, list[Victim]] = defaultdict(list)
         row_of = cycle.state.layout.row_of
         for v in victims_of(allocations, policy, now):
@@ -147,8 +172,11 @@ class Preempter:
 
     def _search(self, r: Request, weight: int, view: RequestView, g: np.ndarray,
                 allowed: Callable[[Victim], bool], order: Callable[[Victim], tuple],
-                first: Callable[[list[Victim]], tuple] = lambda freed: ()
+                first: Callable[[list[Victim]], tuple] = lambda freed: (),
+                capped: Callable[[Victim], bool] = lambda v: False
                 ) -> tuple[int, list[Victim]] | None:
+        """The best node and victims there for ``r``; a ``capped`` victim counts against
+        its team's :attr:`excess` (the victims taken of one team never exceed it)."""
         cycle = self.cycle
         best: tuple[tuple, list[Victim]] | None = None
         for row in sorted(self.by_row):
@@ -160,8 +188,13 @@ class Preempter:
                 continue
             trial = cycle.clone()
             freed: list[Victim] = []
+            spent: dict[str, int] = defaultdict(int)
             rows = np.array([row])
             for v in pool:
+                if capped(v):
+                    if spent[v.team] + v.milli > self.excess.get(v.team, 0):
+                        continue
+                    spent[v.team] += v.milli
                 _free(trial, v)
                 freed.append(v)
                 if fit(trial, r, weight, view, g, rows) is not None:
@@ -200,6 +233,8 @@ class Preempter:
         for v in freed:
             _free(cycle, v)
             self.taken.add(v.request_name)
+            if v.team in self.excess:
+                self.excess[v.team] = max(0, self.excess[v.team] - v.milli)
             for a in v.allocations:
                 self.nodes.add(a.node)
                 out.append(Preemption(a.id or f"{a.request_name}@{a.node}", a.request_name,
@@ -268,24 +303,31 @@ class Preempter:
             team = r.team
             found = self._search(
                 r, weights[r.name], view, mine,
-                # Its own team's borrowed work is not taken: that would only trade GPUs
-                # within the team, losing the victim's work for no change in who holds what.
-                lambda v, team=team: v.borrowed_from is not None and v.team != team,
-                lambda v, team=team: (v.borrowed_from != team, -v.rank, v.work_lost,
-                                      v.request_name),
-                lambda freed, team=team: (sum(v.borrowed_from != team for v in freed),))
+                # Its own team's work is not taken: that would only trade GPUs within the
+                # team, losing the victim's work for no change in who holds what.
+                lambda v, team=team: v.team != team and (
+                    v.borrowed_from is not None or self.excess.get(v.team, 0) >= v.milli),
+                lambda v, team=team: (v.borrowed_from != team, v.borrowed_from is None,
+                                      -v.rank, v.work_lost, v.request_name),
+                lambda freed, team=team: (sum(v.borrowed_from != team for v in freed),
+                                          sum(v.borrowed_from is None for v in freed)),
+                lambda v: v.borrowed_from is None)
             if found is None:
                 self._failed.add(key)
                 continue
             row, freed = found
             placed, pre = self._take(
                 r, weights[r.name], view, mine, row, freed,
-                lambda v, team=team: (f"preempted: team {team} reclaimed its guarantee, "
-                                      f"grace {v.grace_s:g} s"), "reclaim")
+                lambda v, team=team: (
+                    f"preempted: team {team} reclaimed its guarantee"
+                    + ("" if v.borrowed_from is not None else
+                       f" (team {v.team} holds more than its own guarantee)")
+                    + f", grace {v.grace_s:g} s"), "reclaim")
             gpus = sum(a.gpu_milli_total for v in freed for a in v.allocations)
             whose = ", ".join(sorted({f"team {v.team} ({v.request_name})" for v in freed}))
+            lent = all(v.borrowed_from is not None for v in freed)
             note = (f"reclaimed its guarantee: took back {gpus / MILLI_PER_GPU:g} GPUs "
-                    f"lent to {whose}")
+                    f"{'lent to' if lent else 'held beyond their guarantee by'} {whose}")
             placements.append(replace(placed, note=note))
             preemptions.extend(pre)
         return placements, preemptions
