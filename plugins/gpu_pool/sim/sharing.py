@@ -67,8 +67,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpu_pool.engine import plan_on_state
-from gpu_pool.engine.types import NodeAssignment, Placement
-from gpu_pool.model import Allocation, OffPeak, Policy, Quota, Request
+from gpu_pool.engine.types import NodeAssignment, Placement, ReasonCode
+from gpu_pool.model import Allocation, OffPeak, Policy, PriorityClass, Quota, Request
 from gpu_pool.sim.engine_policy import SIM_EPOCH, domain_request
 from gpu_pool.sim.fleet import InfeasiblePlacement
 from gpu_pool.sim.teams import (
@@ -85,6 +85,10 @@ if TYPE_CHECKING:
     from gpu_pool.sim.replay import Job, ReplayConfig, _Runner
     from gpu_pool.sim.trace import Trace
 
+
+# A queued task with one of these last reasons waited on the policy (its quota or the
+# critical headroom), not on capacity, a reservation or its data.
+POLICY_CODES = frozenset({ReasonCode.QUOTA_EXHAUSTED, ReasonCode.HEADROOM_RESERVED})
 
 @dataclass(frozen=True)
 class PreemptionEvent:
@@ -112,7 +116,13 @@ class SharingRecord:
     team_below: tuple[tuple[bool, ...], ...]  # ... below guarantee with work that fits in it
     # ... and meanwhile another team held more than its guarantee (borrowed: reclaimable).
     team_reclaimable: tuple[tuple[bool, ...], ...]
+    # ... and meanwhile the other teams could give up, without going below their own
+    # guarantees, at least the GPUs of its smallest queued task (_Shared.givable).
+    team_restorable: tuple[tuple[bool, ...], ...]
     queued_gpus: tuple[float, ...]  # per processed time, GPUs asked by the queue
+    # per processed time: a queued task's last reason was its quota or headroom (the policy
+    # held it back), not capacity, reservations or its data
+    policy_held: tuple[bool, ...]
     off_peak: tuple[bool, ...]  # per processed time: inside Policy.off_peak
     preemptions: tuple[PreemptionEvent, ...]
     finished: tuple[float | None, ...]  # per job: end of its last attempt
@@ -332,13 +342,14 @@ class _Shared:
 
     def trigger(self, now: float, pending: Sequence[Job]) -> float:
         """The next time at which time alone may change the plan while work waits: a
-        running preemptible attempt reaching ``min_runtime_before_preemption``, a pending
+        running preemptible attempt preempted before reaching
+        ``min_runtime_before_preemption`` (the first preemption needs none), a pending
         request reaching ``reserve_after``, an off-peak window opening or closing."""
         t = self.switch(now)
         least = self.policy.min_runtime_before_preemption.total_seconds()
         for a in self.attempts.values():
             x = a.start + least
-            if a.stop is None and a.job.preemptible and x > now:
+            if a.stop is None and a.job.preemptible and self.count[a.job.index] and x > now:
                 t = min(t, x)
         if self.policy.reserves:
             wait = self.policy.reserve_after.total_seconds()
@@ -369,7 +380,10 @@ class _Shared:
         return active + [h.alloc for h in self.handovers.values()]
 
     # records ------------------------------------------------------------------------
-    def team_state(self, pending: Sequence[Job]) -> tuple[tuple[float, ...], tuple[bool, ...]]:
+    def team_state(self, pending: Sequence[Job]) -> tuple[tuple[float, ...], tuple[bool, ...],
+                                                           tuple[float, ...]]:
+        """Per team: GPUs held, whether it is below its guarantee with a queued task that
+        fits within it, and the GPUs of its smallest queued GPU task (inf: none)."""
         held = {t.name: 0.0 for t in TEAMS}
         for a in self.attempts.values():
             held[a.job.team] += a.job.gpus
@@ -381,7 +395,33 @@ class _Shared:
             t.name in smallest
             and held[t.name] + smallest[t.name] <= self.guarantee.get(t.name, 0) + 1e-9
             for t in TEAMS)
-        return tuple(held[t.name] for t in TEAMS), below
+        return (tuple(held[t.name] for t in TEAMS), below,
+                tuple(smallest.get(t.name, math.inf) for t in TEAMS))
+
+    def givable(self, held: Sequence[float]) -> tuple[float, ...]:
+        """Per team: the GPUs reclaim could take from it without taking it below its
+        guarantee -- its running tasks that could be preempted (preemptible, not critical,
+        under the preemption cap, not already stopping), smallest first, while their sum
+        stays within what it holds beyond its guarantee. Counts GPUs only: where they sit,
+        and the CPU and RAM beside them, may still keep a queued task out."""
+        cap = self.policy.max_preemptions_per_task
+        sizes: dict[str, list[float]] = {t.name: [] for t in TEAMS}
+        for a in self.attempts.values():
+            job = a.job
+            if (a.stop is None and job.preemptible and job.gpus > 0
+                    and job.priority is not PriorityClass.CRITICAL
+                    and self.count[job.index] < cap):
+                sizes[job.team].append(job.gpus)
+        out = []
+        for t, h in zip(TEAMS, held, strict=True):
+            room = h - self.guarantee.get(t.name, 0) + 1e-9
+            took = 0.0
+            for g in sorted(sizes[t.name]):
+                if took + g > room:
+                    break
+                took += g
+            out.append(took)
+        return tuple(out)
 
     def over(self, held: Sequence[float]) -> tuple[bool, ...]:
         """Per team: whether it holds more than its guarantee (it borrows)."""
@@ -414,6 +454,9 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
     team_held: list[tuple[float, ...]] = []
     team_below: list[tuple[bool, ...]] = []
     team_reclaimable: list[tuple[bool, ...]] = []
+    team_restorable: list[tuple[bool, ...]] = []
+    policy_held: list[bool] = []
+    codes: dict[int, ReasonCode] = {}
     queued: list[float] = []
     off_peak: list[bool] = []
     nxt = 0
@@ -443,6 +486,7 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
                                  policy=policy, now=when, workload_mix=runner.engine_mix)
             for why in plan.pending:
                 sh.reason[int(why.request_name[1:])] = why.message
+                codes[int(why.request_name[1:])] = why.code
             done = sh.act(plan, head, pending, now)
             pending = [j for j in pending if j.index not in done]
             # A preemption without grace frees its GPUs at once: hand them over now.
@@ -458,13 +502,18 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
             allocated.append(fleet.allocated_milli / fleet.capacity_milli)
             free = fleet.capacity_milli - fleet.allocated_milli
             frags.append(100.0 * runner.frag.fleet_fragment() / free if free else 0.0)
-            held, below = sh.team_state(pending)
+            held, below, smallest = sh.team_state(pending)
             team_held.append(held)
             team_below.append(below)
             over = sh.over(held)
             team_reclaimable.append(tuple(
                 b and any(o for k, o in enumerate(over) if k != i) for i, b in enumerate(below)))
+            givable = sh.givable(held)
+            team_restorable.append(tuple(
+                b and sum(x for k, x in enumerate(givable) if k != i) + 1e-9 >= smallest[i]
+                for i, b in enumerate(below)))
             queued.append(sum(j.gpus for j in pending))
+            policy_held.append(any(codes.get(j.index) in POLICY_CODES for j in pending))
             off_peak.append(policy.off_peak.contains(SIM_EPOCH + timedelta(seconds=now)))
         nearest = min((a.end for a in sh.attempts.values()), default=math.inf)
         if nxt < len(jobs):
@@ -489,7 +538,8 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
              policy.min_runtime_before_preemption.total_seconds(),
          "max_preemptions_per_task": policy.max_preemptions_per_task},
         policy.off_peak,
-        tuple(team_held), tuple(team_below), tuple(team_reclaimable), tuple(queued),
+        tuple(team_held), tuple(team_below), tuple(team_reclaimable), tuple(team_restorable),
+        tuple(queued), tuple(policy_held),
         tuple(off_peak),
         tuple(sh.events), tuple(sh.finished), tuple(sh.held), tuple(sh.lost), tuple(sh.count),
         tuple(sh.requeue_waits), sh.handovers_done, sh.missed, sh.borrowed, sh.lent_off_peak,
@@ -513,20 +563,17 @@ def _stretches(times: Sequence[float], flags: Sequence[bool], end: float) -> flo
     return longest
 
 
-def sharing_summary(result) -> dict[str, Any]:
-    """The teams-mode figures (added to :func:`~gpu_pool.sim.replay.replay_summary`)."""
-    from gpu_pool.sim.replay import window_of
-
+def _off_peak_allocation(result, flags: Sequence[bool], begin: float, end: float
+                         ) -> float | None:
+    """Mean GPU allocation (%) over the off-peak time in which ``flags`` (per processed
+    time) held; None when it never did."""
     rec: SharingRecord = result.sharing
-    jobs = result.jobs
-    begin, end = window_of([j.arrival for j in jobs]) if jobs else (0.0, 0.0)
     times = result.times
-    # Allocation in the off-peak windows while GPU work was queued.
     total = weight = 0.0
     for k, t0 in enumerate(times):
         t1 = min(end, times[k + 1] if k + 1 < len(times) else end)
         t = max(t0, begin)
-        if t1 <= t or rec.queued_gpus[k] <= 0:
+        if t1 <= t or not flags[k]:
             continue
         s = t
         while s < t1:
@@ -535,6 +582,19 @@ def sharing_summary(result) -> dict[str, Any]:
                 total += result.allocated[k] * (e - s)
                 weight += e - s
             s = e
+    return 100 * total / weight if weight else None
+
+
+def sharing_summary(result) -> dict[str, Any]:
+    """The teams-mode figures (added to :func:`~gpu_pool.sim.replay.replay_summary`)."""
+    from gpu_pool.sim.replay import window_of
+
+    rec: SharingRecord = result.sharing
+    jobs = result.jobs
+    begin, end = window_of([j.arrival for j in jobs]) if jobs else (0.0, 0.0)
+    times = result.times
+    queued_pct = _off_peak_allocation(result, [q > 0 for q in rec.queued_gpus], begin, end)
+    held_pct = _off_peak_allocation(result, rec.policy_held, begin, end)
     useful = sum(j.gpus * j.duration for j, f in zip(jobs, rec.finished, strict=True)
                  if f is not None)
     held = sum(rec.held_gpu_s)
@@ -551,6 +611,8 @@ def sharing_summary(result) -> dict[str, Any]:
              for i, name in enumerate(rec.teams)}
     reclaimable = {name: _stretches(times, [b[i] for b in rec.team_reclaimable],
                                     result.end_time) for i, name in enumerate(rec.teams)}
+    restorable = {name: _stretches(times, [b[i] for b in rec.team_restorable],
+                                   result.end_time) for i, name in enumerate(rec.teams)}
     series_end = result.end_time
     mean_held = {}
     for i, name in enumerate(rec.teams):
@@ -568,11 +630,13 @@ def sharing_summary(result) -> dict[str, Any]:
                          "tasks": sum(1 for j in jobs if j.team == name),
                          "mean_held_gpus": mean_held[name],
                          "longest_below_guarantee_with_work_s": below[name],
-                         "longest_below_guarantee_while_others_borrow_s": reclaimable[name]}
+                         "longest_below_guarantee_while_others_borrow_s": reclaimable[name],
+                         "longest_below_guarantee_restorable_s": restorable[name]}
                   for name in rec.teams},
         "fleet_gpus": rec.fleet_gpus,
         "policy": rec.policy_summary,
-        "off_peak_allocation_when_queued_pct": 100 * total / weight if weight else None,
+        "off_peak_allocation_when_queued_pct": queued_pct,
+        "off_peak_allocation_when_policy_held_pct": held_pct,
         "preemptions": len(stops),
         "preemptions_moot": len(rec.preemptions) - len(stops),
         "preemptions_by_kind": kinds,
