@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 
+import paramiko
 import pytest
 from tests.sshd.fleet import Fleet, SshNode
 
@@ -156,3 +157,23 @@ def test_an_unreachable_node_raises(sshd_fleet: Fleet, monkeypatch: pytest.Monke
     with RemoteJobRunner("gpu_node_gone", conn_timeout=2, conn_retry_attempts=1) as runner, \
             pytest.raises(OSError):
         runner.exec("true")
+
+
+def test_a_dropped_connection_is_reopened_for_polls_but_not_for_a_start(
+        runner: RemoteJobRunner, base_dir: str) -> None:
+    """The socket under the cached connection dies while a job runs (a node's sshd restarted,
+    a NAT timeout): the next poll opens a new connection and the job is still watched to its
+    end; a start is never sent twice, so it raises instead."""
+    job = new_job(base_dir)
+    runner.start("sleep 1; echo done", job, {})
+    first = runner._client().get_transport()
+    first.sock.shutdown(2)  # paramiko does not know yet: the next channel open fails
+    lines: list[str] = []
+    result = runner.wait(job, on_output=lines.append, poll_interval=0.2)
+    assert result.succeeded and lines == ["done"]
+    assert runner._client().get_transport() is not first
+    runner._client().get_transport().sock.shutdown(2)
+    again = new_job(base_dir, "again")
+    with pytest.raises((OSError, EOFError, paramiko.SSHException)):
+        runner.start("echo twice", again, {})
+    assert runner.poll(again).state is JobState.MISSING  # reconnected; nothing was started

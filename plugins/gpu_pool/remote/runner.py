@@ -80,9 +80,11 @@ class RemoteJobRunner:
     """Start, watch and stop remote jobs on the node of ``ssh_conn_id``."""
 
     def __init__(self, ssh_conn_id: str, *, command_timeout: float = 60.0,
-                 conn_timeout: int = 10, conn_retry_attempts: int = 2) -> None:
+                 conn_timeout: int = 10, conn_retry_attempts: int = 2,
+                 channel_open_timeout: float = 15.0) -> None:
         self.ssh_conn_id = ssh_conn_id
         self.command_timeout = command_timeout
+        self.channel_open_timeout = channel_open_timeout
         self.conn_timeout = conn_timeout
         self.conn_retry_attempts = conn_retry_attempts
 
@@ -96,13 +98,39 @@ class RemoteJobRunner:
     def _client(self) -> paramiko.SSHClient:
         return self.hook.get_conn()  # cached by the hook while its transport is alive
 
-    def exec(self, command: str, timeout: float | None = None) -> tuple[int, str, str]:
+    def exec(self, command: str, timeout: float | None = None, *,
+             idempotent: bool = False) -> tuple[int, str, str]:
         """Run one short command; (exit status, stdout, stderr). Quiet: commands carry env."""
-        _, stdout, stderr = self._client().exec_command(
-            command, timeout=timeout or self.command_timeout)
-        out = stdout.read().decode("utf-8", "replace")
-        err = stderr.read().decode("utf-8", "replace")
-        return stdout.channel.recv_exit_status(), out, err
+        status, out, err = self._exec_bytes(command, timeout, idempotent=idempotent)
+        return status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+    def _exec_bytes(self, command: str, timeout: float | None, *,
+                    idempotent: bool) -> tuple[int, bytes, bytes]:
+        """One command on its own channel, closed after; an idempotent one (a poll, a log
+        read) is sent again once on a fresh connection when the channel cannot be opened or
+        the connection drops — a node's sshd that stalls one channel must not fail a task."""
+        import paramiko
+
+        timeout = timeout or self.command_timeout
+        for attempt in (1, 2):
+            try:
+                transport = self._client().get_transport()
+                if transport is None or not transport.is_active():
+                    raise paramiko.SSHException("SSH session not active")
+                chan = transport.open_session(timeout=min(self.channel_open_timeout, timeout))
+                try:
+                    chan.settimeout(timeout)
+                    chan.exec_command(command)
+                    out = chan.makefile("rb", -1).read()
+                    err = chan.makefile_stderr("rb", -1).read()
+                    return chan.recv_exit_status(), out, err
+                finally:
+                    chan.close()
+            except (paramiko.SSHException, EOFError, OSError):
+                if not idempotent or attempt == 2:
+                    raise
+                self.close()  # drop the cached connection; the hook opens a new one
+        raise AssertionError("unreachable")
 
     def start(self, command: str, job: RemoteJob, env: Mapping[str, str], *,
               time_limit_s: float | None = None,
@@ -117,21 +145,20 @@ class RemoteJobRunner:
         return parse_start_output(out, job)
 
     def poll(self, job: RemoteJob) -> JobStatus:
-        _, out, _ = self.exec(build_poll_command(job))
+        _, out, _ = self.exec(build_poll_command(job), idempotent=True)
         return parse_poll_output(out)
 
     def poll_with_log(self, job: RemoteJob, offset: int,
                       max_bytes: int = 65536) -> tuple[JobStatus, bytes]:
         """The status and the log from ``offset`` (read after the status), in one round trip."""
-        _, stdout, _ = self._client().exec_command(
-            build_poll_command(job, offset, max_bytes), timeout=self.command_timeout)
-        return split_poll_output(stdout.read())
+        _, out, _ = self._exec_bytes(build_poll_command(job, offset, max_bytes), None,
+                                     idempotent=True)
+        return split_poll_output(out)
 
     def read_log(self, job: RemoteJob, offset: int, max_bytes: int = 65536) -> tuple[bytes, int]:
         """(bytes read, new offset)."""
-        _, stdout, _ = self._client().exec_command(
-            build_log_read_command(job, offset, max_bytes), timeout=self.command_timeout)
-        data = stdout.read()
+        _, data, _ = self._exec_bytes(build_log_read_command(job, offset, max_bytes), None,
+                                      idempotent=True)
         return data, offset + len(data)
 
     def kill(self, job: RemoteJob, *, reason: str = "cancelled",
