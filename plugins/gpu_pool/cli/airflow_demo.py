@@ -203,12 +203,12 @@ def _fresh_home(home: Path) -> Path:
 
 def _dags_folder(dags: Path | None) -> Path:
     if dags is None:
-        dags = Path(__file__).resolve().parents[3] / "dags"
+        dags = Path(__file__).resolve().parents[1] / "dags"  # shipped in the package
     dags = dags.expanduser().resolve()
     if not all((dags / f"{dag_id}.py").is_file() for dag_id in DAG_IDS):
         raise SpecError("dags", str(dags), "a folder holding "
                         + " and ".join(f"{d}.py" for d in DAG_IDS)
-                        + " (the dags/ folder of a gpu-pool checkout)")
+                        + " (gpu-pool's own: `gpu-pool dags install FOLDER` copies them)")
     return dags
 
 

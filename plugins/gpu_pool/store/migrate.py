@@ -13,8 +13,9 @@ version
 Invariants: versions apply in (number, name) order; each version applies in one
 transaction together with its ``schema_migrations`` row, so a failed file leaves nothing
 behind on PostgreSQL (SQLite DDL is transactional too); :func:`migrate` is idempotent.
-The folder is ``Path(gpu_pool.__file__).resolve().parents[2] / "sql"`` unless the
-environment variable ``GPU_POOL_SQL_DIR`` names another.
+The folder is the package's own ``gpu_pool/sql`` (shipped inside the wheel, so an install
+without the source tree migrates; the checkout's top-level ``sql`` is a link to it) unless
+the environment variable ``GPU_POOL_SQL_DIR`` names another.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class Version:
 
 def sql_dir() -> Path:
     override = os.environ.get("GPU_POOL_SQL_DIR")
-    return Path(override) if override else Path(gpu_pool.__file__).resolve().parents[2] / "sql"
+    return Path(override) if override else Path(gpu_pool.__file__).resolve().parent / "sql"
 
 
 def versions(dialect: str, folder: Path | None = None) -> list[Version]:

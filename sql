@@ -1,0 +1,1 @@
+plugins/gpu_pool/sql
