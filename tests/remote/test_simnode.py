@@ -118,3 +118,62 @@ def test_the_command_line_serves_a_fleet(tmp_path: Path) -> None:
         proc.terminate()
         proc.wait(10)
     assert proc.returncode == 0
+
+
+def _free_pair() -> int:
+    import socket
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise AssertionError("no two consecutive free ports")
+
+
+def _serve(root: Path, port: int, out: Path) -> subprocess.Popen[str]:
+    out.unlink(missing_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpu_pool.simnode.server", "--root", str(root), "--listen",
+         "127.0.0.1", "--port", str(port), "--advertise", "localhost", "--client-key",
+         str(root / "keys" / "client_ed25519"), "--write-json", str(out),
+         "node-1:A100:2", "node-2:T4:1"], stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not out.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "sim fleet did not start"
+        time.sleep(0.1)
+    return proc
+
+
+def test_container_mode_fixed_ports_shared_client_key_and_a_stable_host_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As docker-compose.yaml runs it: fixed ports, the service name in the URI and
+    known_hosts, one client key for every node, a host key that survives a restart."""
+    port, root, out = _free_pair(), tmp_path / "fleet", tmp_path / "nodes.json"
+    proc = _serve(root, port, out)
+    try:
+        nodes = json.loads(out.read_text())
+        assert [n["uri"].split("@")[1].split("/")[0] for n in nodes.values()] == [
+            f"localhost:{port}", f"localhost:{port + 1}"]
+        assert len({n["uri"].split("key_file=")[1].split("&")[0] for n in nodes.values()}) == 1
+        for node in nodes.values():
+            monkeypatch.setenv(f"AIRFLOW_CONN_{node['conn_id'].upper()}", node["uri"])
+        with RemoteJobRunner(nodes["node-2"]["conn_id"]) as runner:
+            assert runner.exec("nvidia-smi -L | wc -l; echo $GPU_POOL_SIM_NODE")[1].split() == [
+                "1", "node-2"]
+        host_key = (root / "node-1" / "host_ed25519").read_bytes()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    proc = _serve(root, port, out)  # restarted: the old URI (pinned host key) still works
+    try:
+        assert (root / "node-1" / "host_ed25519").read_bytes() == host_key
+        with RemoteJobRunner(nodes["node-1"]["conn_id"]) as runner:
+            assert runner.exec("nvidia-smi -L | wc -l")[1].strip() == "2"
+    finally:
+        proc.terminate()
+        proc.wait(10)

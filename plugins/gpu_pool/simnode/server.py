@@ -14,6 +14,14 @@ Run a fleet from a shell (prints one ``AIRFLOW_CONN_<ID>=<uri>`` line per node, 
 serves until interrupted)::
 
     python -m gpu_pool.simnode.server --root /tmp/simfleet node-a:A100:4 node-b:T4:2
+
+In a container (docker-compose.yaml) a node listens on all addresses at a fixed port, is
+reached by its service name, accepts the deployment's one client key and keeps its host key
+across restarts::
+
+    python -m gpu_pool.simnode.server --root /fleet --listen 0.0.0.0 --port 2222 \
+        --advertise gpu-node-1 --client-key /fleet/keys/client_ed25519 \
+        --write-json /fleet/nodes/gpu-node-1.json gpu-node-1:A100:4
 """
 
 from __future__ import annotations
@@ -45,29 +53,42 @@ class _Server(asyncssh.SSHServer):
         return False
 
 
+def _load_or_create_key(path: Path | None) -> asyncssh.SSHKey:
+    """The ed25519 key in ``path``, created there (mode 600) if missing; a fresh one for
+    ``None``. A persistent host key keeps a container's node trusted across restarts."""
+    if path is not None and path.exists():
+        return asyncssh.read_private_key(str(path))
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        key.write_private_key(str(path))
+        path.chmod(0o600)
+    return key
+
+
 class SimNode:
     """One simulated node; :meth:`start` it, use :attr:`conn_uri`, :meth:`stop` it."""
 
     def __init__(self, name: str, root: Path, gpus: Sequence[SimGpu], *,
-                 client_key_file: Path | None = None) -> None:
+                 client_key_file: Path | None = None, listen: str = "127.0.0.1",
+                 port: int = 0, advertise: str | None = None,
+                 host_key_file: Path | None = None) -> None:
         self.name = name
         self.node_dir = root / name
         self.gpus = tuple(gpus)
         self.bin_dir = write_node_dir(self.node_dir, self.gpus)
-        host_key = asyncssh.generate_private_key("ssh-ed25519")
+        host_key = _load_or_create_key(host_key_file)
         self._host_key = host_key
         self.host_key = host_key.export_public_key().decode().strip()
         self.host_key = " ".join(self.host_key.split()[:2])
         if client_key_file is None:
             client_key_file = self.node_dir / "client_ed25519"
-            client = asyncssh.generate_private_key("ssh-ed25519")
-            client.write_private_key(str(client_key_file))
-            client_key_file.chmod(0o600)
+        client = _load_or_create_key(client_key_file)
         self.client_key_file = client_key_file
-        self._authorized = asyncssh.import_authorized_keys(
-            asyncssh.read_private_key(str(client_key_file)).export_public_key().decode())
-        self.host = "127.0.0.1"
-        self.port = 0
+        self._authorized = asyncssh.import_authorized_keys(client.export_public_key().decode())
+        self.listen = listen
+        self.host = advertise or listen  # the name clients reach it by
+        self.port = port
         self.user = getpass.getuser()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -113,7 +134,7 @@ class SimNode:
 
     async def _serve(self) -> None:
         self._server = await asyncssh.create_server(
-            _Server, self.host, self.port, server_host_keys=[self._host_key],
+            _Server, self.listen, self.port, server_host_keys=[self._host_key],
             authorized_client_keys=self._authorized, process_factory=self._handle,
             encoding=None, allow_scp=False, agent_forwarding=False, x11_forwarding=False)
         self.port = self._server.sockets[0].getsockname()[1]
@@ -145,13 +166,21 @@ class SimNode:
 
 
 @contextlib.contextmanager
-def sim_fleet(root: Path, specs: Sequence[tuple[str, str, int]]) -> Iterator[dict[str, SimNode]]:
-    """Start one :class:`SimNode` per ``(name, model, gpu count)``; stop them on exit."""
+def sim_fleet(root: Path, specs: Sequence[tuple[str, str, int]], *,
+              listen: str = "127.0.0.1", port: int = 0, advertise: str | None = None,
+              client_key_file: Path | None = None) -> Iterator[dict[str, SimNode]]:
+    """Start one :class:`SimNode` per ``(name, model, gpu count)``; stop them on exit.
+
+    ``port`` 0 takes free ports; another number is the first node's, the next ones follow.
+    """
     root.mkdir(parents=True, exist_ok=True)
     nodes: dict[str, SimNode] = {}
     try:
-        for name, model, count in specs:
-            nodes[name] = SimNode(name, root, sim_gpus(model, count, seed=name)).start()
+        for i, (name, model, count) in enumerate(specs):
+            nodes[name] = SimNode(
+                name, root, sim_gpus(model, count, seed=name), client_key_file=client_key_file,
+                listen=listen, port=port + i if port else 0, advertise=advertise,
+                host_key_file=root / name / "host_ed25519" if port else None).start()
         yield nodes
     finally:
         for node in nodes.values():
@@ -172,11 +201,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Serve simulated GPU nodes over SSH.")
     parser.add_argument("--root", type=Path, required=True, help="directory for node state")
     parser.add_argument("--write-json", type=Path, help="write {node: connection URI} here")
+    parser.add_argument("--listen", default="127.0.0.1",
+                        help="address to bind (0.0.0.0 in a container; default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0,
+                        help="the first node's port, the next nodes' follow (default: free "
+                             "ports); a fixed port also keeps each node's host key in --root")
+    parser.add_argument("--advertise", help="host name clients use (default: --listen)")
+    parser.add_argument("--client-key", type=Path,
+                        help="the one client key every node accepts (created if missing)")
     parser.add_argument("nodes", nargs="+", type=_parse_spec, help="name:model:gpus")
     args = parser.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with sim_fleet(args.root, args.nodes) as nodes:
+    with sim_fleet(args.root, args.nodes, listen=args.listen, port=args.port,
+                   advertise=args.advertise, client_key_file=args.client_key) as nodes:
         for key, value in airflow_env(nodes).items():
             print(f"{key}={value}", flush=True)
         if args.write_json:
