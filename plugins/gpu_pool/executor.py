@@ -78,6 +78,7 @@ from gpu_pool.executor_support.watching import ENDED_BY_JOB as _ENDED_BY_JOB
 from gpu_pool.executor_support.watching import Watched as _Watched
 from gpu_pool.executor_support.watching import WatchingMixin
 from gpu_pool.model import Outcome, Policy
+from gpu_pool.telemetry import Metrics
 
 if TYPE_CHECKING:
     from airflow.models.taskinstance import TaskInstance
@@ -135,6 +136,7 @@ class GpuPoolExecutor(AdmissionMixin, StartingMixin, WatchingMixin, PreemptionMi
         self._resumes_due = 0  # watched deferred tasks whose trigger fired: owed a slot
         self._last_watch = 0.0
         self.last_cycle_seconds = 0.0
+        self.metrics = Metrics("scheduler")  # through Airflow's stats, as [metrics] configures
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -156,6 +158,7 @@ class GpuPoolExecutor(AdmissionMixin, StartingMixin, WatchingMixin, PreemptionMi
             actor=actor,
             data_ready=airflow_reads.assets_with_events,
             idle_replan_s=self.idle_replan_s,
+            telemetry=self.metrics,
         )
 
     def end(self) -> None:
@@ -194,6 +197,7 @@ class GpuPoolExecutor(AdmissionMixin, StartingMixin, WatchingMixin, PreemptionMi
             self.log.exception("gpu-pool placement cycle failed; retrying next heartbeat")
             return
         self.last_cycle_seconds = report.seconds
+        self.metrics.cycle(report)
         if report.planned:
             # One line a heartbeat would drown the scheduler's log: info only for a change.
             self.log.log(

@@ -20,14 +20,19 @@ def gpu_pool_ledger_snapshot() -> None:
     @task
     def export_snapshots() -> list[str]:
         from gpu_pool.ops import airflow_adapters as af
-        from gpu_pool.ops.runs import run_snapshots
+        from gpu_pool.ops.runs import records_for, run_snapshots
+        from gpu_pool.ops.snapshot import DATASET
+        from gpu_pool.telemetry import Metrics
 
         config = af.ops_config()
         objstore = af.object_store(config)
         if not objstore.keeps_history():
             print("The bucket has no versioning: each export goes under an exported_at= "
                   "folder of its own, so no rerun replaces an earlier snapshot")
-        done = run_snapshots(af.open_store(), objstore, config, datetime.now(UTC))
+        store, now = af.open_store(), datetime.now(UTC)
+        # Read before exporting: a lag that grows run after run is an export that keeps failing.
+        Metrics("task").export_lag(records_for(store).last_exported_at(DATASET), now)
+        done = run_snapshots(store, objstore, config, now)
         return [d.period.isoformat() for d in done]
 
     @task

@@ -27,6 +27,9 @@ def gpu_pool_quota_alerts() -> None:
         config = af.ops_config()
         result = run_alerts(af.open_store(), af.team_channels(config), config,
                             datetime.now(UTC))
+        from gpu_pool.telemetry import Metrics
+
+        Metrics("task").alerts_sent(len(result.sent))
         for key, error in result.failed:
             print(f"not delivered ({key.kind} {key.subject} {key.threshold}): {error}")
         if result.failed:

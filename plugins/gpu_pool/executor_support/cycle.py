@@ -38,6 +38,7 @@ from typing import Any
 
 from gpu_pool.engine.types import PendingReason, Plan
 from gpu_pool.model import Allocation, AllocationState, Outcome, Policy, Request
+from gpu_pool.telemetry import fleet_gauges
 
 _log = logging.getLogger(__name__)
 
@@ -75,6 +76,9 @@ class CycleReport:
     finished: tuple[Binding, ...] = ()  # held requests whose job already ended
     seconds: float = 0.0
     detail: str = ""
+    # The fleet's gauges as the cycle saw it (gpu_pool.telemetry.fleet_gauges); empty when
+    # the cycle read no snapshot.
+    gauges: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
@@ -97,9 +101,12 @@ class PlacementCycle:
     idle_replan_s: float = 5.0
     # The store's policy version ``policy`` is (None until the first plan reads it).
     policy_version: int | None = None
+    # gpu_pool.telemetry.Metrics: a release counts there (None: no metrics).
+    telemetry: Any = None
     _submitted: set[str] = field(default_factory=set)
     _dirty: bool = True
     _last_plan: float = 0.0
+    _last_gauges: float = 0.0
 
     def admit(self, request: Request, link: Mapping[str, Any]) -> None:
         """Record ``request`` in the store once; ``link`` names its Airflow task instance."""
@@ -125,6 +132,12 @@ class PlacementCycle:
         if held_names and (self._dirty or started - self._last_plan >= self.idle_replan_s):
             self._follow_policy()
             report = self._plan_and_apply()
+        elif started - self._last_gauges >= self.idle_replan_s:
+            # Nothing to plan here: the gauges still follow the store (other schedulers'
+            # work, a drained queue) at the idle re-plan pace.
+            self._last_gauges = started
+            report = CycleReport(planned=False, gauges=fleet_gauges(
+                self.store.load_snapshot(self.policy, self.clock())))
         bindings = self.bindings(held_names)
         finished = self.finished(held_names - {b.request_name for b in bindings})
         return dataclasses.replace(
@@ -144,8 +157,10 @@ class PlacementCycle:
         self._dirty = False
         self._last_plan = time.monotonic()
         snapshot = self.store.load_snapshot(self.policy, now)
+        self._last_gauges = self._last_plan
+        gauges = fleet_gauges(snapshot)
         if not snapshot.requests:
-            return CycleReport(planned=False, detail="no pending requests")
+            return CycleReport(planned=False, detail="no pending requests", gauges=gauges)
         snapshot = self._with_readiness(snapshot)
         plan = self._with_preemption_notes(self.planner(snapshot))
         result = self.store.apply_plan(plan, now, self.actor, policy=self.policy)
@@ -155,7 +170,7 @@ class PlacementCycle:
         return CycleReport(
             planned=True, placed=placed, preempted=preempted, dropped=dropped,
             pending=plan.pending,
-            detail=f"{plan.stats.status} in {plan.stats.wall_seconds:.3f}s",
+            detail=f"{plan.stats.status} in {plan.stats.wall_seconds:.3f}s", gauges=gauges,
         )
 
     def _with_preemption_notes(self, plan: Plan) -> Plan:
@@ -222,6 +237,8 @@ class PlacementCycle:
         """End the request's allocations (ledger rows, with the task's metrics, by the store)."""
         self.store.release_request(name, outcome, actor=self.actor, reason=reason,
                                    now=self.clock(), policy=self.policy, metrics=metrics)
+        if self.telemetry is not None:
+            self.telemetry.release(outcome)
         self._submitted.discard(name)
         self._dirty = True
 

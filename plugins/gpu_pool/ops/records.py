@@ -166,6 +166,13 @@ class OpsRecords:
             return conn.execute(text("SELECT MAX(period) FROM ops_exports WHERE dataset = :d"),
                                 {"d": dataset}).scalar()
 
+    def last_exported_at(self, dataset: str) -> datetime | None:
+        """When the latest export of ``dataset`` was written (None before the first)."""
+        with self.engine.connect() as conn:
+            value = conn.execute(text("SELECT MAX(exported_at) FROM ops_exports"
+                                      " WHERE dataset = :d"), {"d": dataset}).scalar()
+        return parse_iso(value) if isinstance(value, str) else value
+
     def exports(self, dataset: str) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
             rows = conn.execute(text("SELECT * FROM ops_exports WHERE dataset = :d"

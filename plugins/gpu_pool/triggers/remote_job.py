@@ -217,10 +217,15 @@ class GpuRemoteJobTrigger(BaseTrigger):
         def release() -> bool:
             store = store_from_airflow(create=False)  # a misconfigured triggerer makes none
             try:
-                return release_ended_job(store, self.request, outcome, ended_at,
+                done = release_ended_job(store, self.request, outcome, ended_at,
                                          metrics) is not None
             finally:
                 store.close()
+            if done:
+                from gpu_pool.telemetry import Metrics
+
+                Metrics("scheduler").release(outcome)  # the triggerer's: Airflow core's stats
+            return done
 
         try:
             released = await asyncio.to_thread(release)
