@@ -8,7 +8,8 @@
 #
 # The pieces: Python's venv module (to make .venv), the OpenSSH server and client (the tests'
 # GPU nodes are real sshd processes on loopback), Debian's Chromium (the fleet page in a real
-# browser), and PostgreSQL answering on 127.0.0.1:5432 to user postgres without a password
+# browser), Debian's docker-compose (validates docker-compose.yaml; no Docker engine needed),
+# and PostgreSQL answering on 127.0.0.1:5432 to user postgres without a password
 # (the store suite and the two-scheduler test). Programs are looked up on PATH only; the
 # Makefile adds /usr/sbin and /sbin, where Debian puts sshd, for users whose PATH lacks them.
 #
@@ -51,6 +52,8 @@ have sshd || need openssh-server "the OpenSSH server (sshd), for the tests' GPU 
   || need openssh-client "the OpenSSH client (ssh, ssh-keygen), for the tests' node keys"
 have chromium || need chromium "Debian's Chromium (chromium), for the fleet page tests"
 have psql || need postgresql "PostgreSQL (psql and a server), for the store suite"
+have docker-compose \
+  || need docker-compose "Debian's docker-compose, to validate docker-compose.yaml (no engine needed)"
 
 installed_pg=0
 if [ ${#packages[@]} -gt 0 ] && [ "$can_install" = 1 ]; then
