@@ -110,6 +110,14 @@ class AirflowDeployment:
             self.start("triggerer")
         wait_for(self.api_ready, 120, "api-server to answer")
 
+    def start_celery_worker(self, queue: str, env: Mapping[str, str]) -> None:
+        """``airflow celery worker`` on ``queue``, with its own environment."""
+        out = open(self.home / "celery-worker.out", "ab")  # noqa: SIM115 - owned by the process
+        self.processes["celery-worker"] = subprocess.Popen(
+            [AIRFLOW, "celery", "worker", "--queues", queue, "--concurrency", "2",
+             "--without-mingle", "--without-gossip"], env=dict(env), stdout=out,
+            stderr=subprocess.STDOUT, cwd=self.home, start_new_session=True)
+
     def api_ready(self) -> bool:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.5):
             return True
