@@ -116,6 +116,9 @@ class GpuPoolExecutor(AdmissionMixin, StartingMixin, WatchingMixin, PreemptionMi
         self.watch_interval_s = conf.getfloat(SECTION, "watch_interval_seconds", fallback=2.0)
         # Admission writes to the store; bounding it per beat bounds a burst's added latency.
         self.max_admit = conf.getint(SECTION, "max_admit_per_heartbeat", fallback=16)
+        # A team with no members on record is open unless this is on.
+        self.require_membership = conf.getboolean(SECTION, "require_team_membership",
+                                                  fallback=False)
         self.reconcile_interval_s = conf.getfloat(SECTION, "reconcile_interval_seconds",
                                                   fallback=30.0)
         self.kill_threads = max(1, conf.getint(SECTION, "preemption_kill_threads", fallback=4))

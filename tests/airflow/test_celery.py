@@ -1,4 +1,5 @@
-"""Scale-out with two executors in one Airflow: ``CeleryExecutor,GpuPool:…``.
+"""Scale-out with two executors in one Airflow: ``CeleryExecutor,GpuPool:…`` — and team
+membership read from Airflow's own DAG owners at admission.
 
 A real Celery worker (broker: the Redis on 127.0.0.1:6379, a queue of this test's own)
 runs the DAG's CPU tasks; its GPU tasks go through GpuPoolExecutor to a simulated GPU node
@@ -60,6 +61,10 @@ def test_cpu_tasks_on_a_celery_worker_gpu_tasks_through_gpu_pool(
                                         "ssh_conn_id": nodes["sim-a100"].conn_id})],
                            actor="test")
         store.upsert_team(Team("nlp"), actor="test")
+        store.upsert_team(Team("cv"), actor="test")
+        # Closed teams: the DAGs' owner (airflow, the default) is in nlp, not in cv.
+        store.add_member("nlp", "airflow", "test")
+        store.add_member("cv", "alice", "test", role="lead")
         with deployment(
             home=tmp_path / "home", dags_folder=dags, store_url=store_url,
             extra_env={**airflow_env(nodes), "GPU_POOL_E2E_OUT": str(out)},
@@ -75,7 +80,11 @@ def test_cpu_tasks_on_a_celery_worker_gpu_tasks_through_gpu_pool(
             worker_env = {**dep.env, "GPU_POOL_E2E_WORKER": "celery-worker-1"}
             dep.start_celery_worker(queue, worker_env)
             shutil.copy(DAG_FILES / "e2e_celery.py", dags / "e2e_celery.py")
+            shutil.copy(DAG_FILES / "e2e_not_a_member.py", dags / "e2e_not_a_member.py")
             states = dep.wait_dag_done("e2e_celery", 4, timeout=300)
+            refused = dep.wait_dag_done("e2e_not_a_member", 1, timeout=120)
+            assert refused == {"train": "failed"}
+            assert "airflow is not a member of cv" in dep.output("scheduler")
             assert states == dict.fromkeys(("prepare", "train", "evaluate", "report"),
                                            "success"), dep.diagnose()
             rows = {r["task_id"]: r for r in dep.task_rows("e2e_celery")}

@@ -246,3 +246,75 @@ def test_a_cycle_logs_at_info_only_when_it_changed_something(executor: Any) -> N
             executor.trigger_tasks(open_slots=0)
     assert cycle_lines(logs) == [
         ("debug", "gpu-pool cycle: placed 0, preempted 0, pending 1, dropped 0")] * 3
+
+
+def test_a_task_charged_to_a_team_its_people_are_not_in_fails_at_admission(
+        executor: Any, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_pool.executor_support import airflow_reads
+
+    people: dict[tuple[str, str], list[str]] = {("d", "r"): ["airflow", "mallory"]}
+    monkeypatch.setattr(airflow_reads, "run_people", lambda dag, run: people[(dag, run)])
+    open_team = _workload("open", {"team": "nlp", "gpus": 1})  # no members yet: open
+    executor.queued_tasks[open_team.ti.key] = open_team
+    executor._admit_new()
+    assert open_team.ti.key in executor._names
+    store.add_member("nlp", "alice", "admin", role="lead")
+    refused = _workload("refused", {"team": "nlp", "gpus": 1})
+    executor.queued_tasks[refused.ti.key] = refused
+    executor._admit_new()
+    state, info = executor.event_buffer[refused.ti.key]
+    assert state == "failed" and refused.ti.key not in executor.queued_tasks
+    assert "airflow, mallory is not a member of nlp" in info and "add-member nlp" in info
+    people[("d", "r")] = ["airflow", "alice"]  # alice triggered the run
+    allowed = _workload("allowed", {"team": "nlp", "gpus": 1})
+    executor.queued_tasks[allowed.ti.key] = allowed
+    executor._admit_new()
+    assert allowed.ti.key in executor._names
+
+
+def test_a_template_fills_the_request_and_its_setup_reaches_the_task(
+        executor: Any, store: Store) -> None:
+    from gpu_pool.executor_support.starting import _template_env
+
+    store.upsert_team(Team("cv"), actor="t")
+    store.save_template("ft", {"gpus": 2, "priority": "high", "time_limit": "2h",
+                               "setup": "export HF_HOME=/data/hf"}, "alice", team="nlp")
+    wl = _workload("ft", {"team": "nlp", "template": "ft", "priority": "low"})
+    executor.queued_tasks[wl.ti.key] = wl
+    executor._admit_new()
+    name = executor._names[wl.ti.key]
+    request = store.get_request(name)
+    assert (request.gpus, request.priority.value) == (2, "low")  # the task's own field wins
+    assert request.time_limit.total_seconds() == 7200
+    assert store.request_external(name)["template"] == "ft@v1"
+    store.save_template("ft", {"gpus": 1}, "alice")  # a later version: this task keeps v1
+    assert _template_env(store, name) == {"GPU_POOL_TEMPLATE": "ft@v1",
+                                          "GPU_POOL_SETUP": "export HF_HOME=/data/hf",
+                                          "GPU_POOL_TIME_LIMIT_S": "7200.0"}
+    other = _workload("other", {"team": "cv", "template": "ft"})  # not approved for cv
+    executor.queued_tasks[other.ti.key] = other
+    executor._admit_new()
+    state, info = executor.event_buffer[other.ti.key]
+    assert state == "failed" and "approved for it" in info
+
+
+def test_a_critical_only_freeze_starts_only_critical_work_until_it_ends(store: Store) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime.now(UTC)
+    store.set_freeze("nlp", now + timedelta(hours=1), "launch", "alice", critical_only=True)
+    clock = {"now": now + timedelta(minutes=1)}
+    cycle = PlacementCycle(store=store, policy=Policy(), planner=plan, actor="t",
+                           clock=lambda: clock["now"], idle_replan_s=0)
+    cycle.admit(parse_request({"name": "train", "team": "nlp", "gpus": 1}), {})
+    cycle.admit(parse_request({"name": "hotfix", "team": "nlp", "gpus": 1,
+                               "priority": "critical"}), {})
+    report = cycle.run({"train", "hotfix"})
+    assert report.placed == ("hotfix",)
+    (held,) = report.pending
+    assert (held.request_name, held.code) == ("train", "frozen")
+    assert "frozen until" in held.message and "alice: launch" in held.message
+    assert store.request_reason("train")[0] == "frozen"
+    clock["now"] = now + timedelta(hours=1, minutes=1)  # the window is over
+    cycle.mark_dirty()
+    assert cycle.run({"train"}).placed == ("train",)

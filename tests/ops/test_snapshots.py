@@ -99,8 +99,8 @@ def test_without_bucket_versioning_an_export_never_replaces_an_earlier_one(
     _history(fleet, store)
     assert plain_objstore.keeps_history() is False
     first = run_snapshots(store, plain_objstore, OpsConfig(), D1 + 4 * H)
-    (key,) = [k for k in first[0].keys if k.endswith("ledger/dt=2026-11-30/exported_at="
-                                                      "20261130T130000000000Z/part-0.parquet")]
+    (key,) = [k for k in first[0].keys if "by_team/" not in k and k.endswith(
+        "ledger/dt=2026-11-30/exported_at=20261130T130000000000Z/part-0.parquet")]
     before = plain_objstore.get_bytes(key.split("gpu-pool/test/", 1)[1])
     fleet.run("v3", "vision", 1, D1 + 4 * H)  # 11-30 grows by one ledger row
     store.release_request("v3", Outcome.SUCCESS, "test", "done", D1 + 5 * H)
@@ -142,4 +142,38 @@ def test_monthly_report_from_store(fleet, store, objstore) -> None:
     assert list(built.rightsizing["suggested"]) == ["T4"]
     assert "report/month=2026-11/report.md" in objstore.list_keys("report/")
     assert months_due(store, now) == []
-    assert len(keys) == 6  # report.md, four CSV tables (one of cross-zone moves), the chart
+    # report.md, four CSV tables (one of cross-zone moves), the chart; and vision's own rows
+    assert len(keys) == 6 + 3
+    assert objstore.list_keys("by_team/team=vision/year=2026/report/") == [
+        f"by_team/team=vision/year=2026/report/month=2026-11/{name}"
+        for name in ("rightsizing.csv", "teams.csv", "top_tasks.csv")]
+    mine = pd.read_csv(pd.io.common.BytesIO(objstore.get_bytes(
+        "by_team/team=vision/year=2026/report/month=2026-11/teams.csv")))
+    assert list(mine["team"]) == ["vision"]
+
+
+def test_the_audit_and_each_teams_rows_are_archived_by_team_and_year(
+        fleet, store, objstore) -> None:
+    """"Team nlp, 2026" is one listing: its ledger rows and its changes, day by day."""
+    _history(fleet, store)
+    store.add_member("nlp", "alice", "admin", role="lead")
+    store.save_template("llm", {"gpus": 2}, "alice", team="nlp")
+    now = datetime.now(UTC)  # the store's own clock wrote the changes
+    run_snapshots(store, objstore, OpsConfig(), now)
+    today = now.date().isoformat()
+    audit = read_parquet(objstore.get_bytes(f"audit/dt={today}/part-0.parquet"))
+    assert "team.added" in set(audit["kind"])  # the fixture's teams and nodes, today too
+    assert list(audit["kind"])[-2:] == ["team.member_added", "template.created"]
+    assert list(audit["actor"])[-2:] == ["admin", "alice"]
+    last = audit.iloc[-1]
+    assert last["after"] == '{"gpus": 2}' and last["teams"] == "nlp"
+    nlp = objstore.list_keys("by_team/team=nlp/year=2026/")
+    assert "by_team/team=nlp/year=2026/ledger/dt=2026-12-01/part-0.csv" in nlp  # n1-job
+    assert f"by_team/team=nlp/year={now.year}/audit/dt={today}/part-0.csv" in objstore.list_keys(
+        f"by_team/team=nlp/year={now.year}/")
+    rows = pd.read_csv(pd.io.common.BytesIO(objstore.get_bytes(
+        "by_team/team=nlp/year=2026/ledger/dt=2026-12-01/part-0.csv")))
+    assert list(rows["request_name"]) == ["n1-job"]
+    vision = pd.read_csv(pd.io.common.BytesIO(objstore.get_bytes(
+        f"by_team/team=vision/year={now.year}/audit/dt={today}/part-0.csv")))
+    assert list(vision["kind"]) == ["team.added"]  # none of nlp's changes

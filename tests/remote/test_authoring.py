@@ -113,3 +113,17 @@ def test_the_scheduler_sees_the_routing_after_serialization() -> None:
     assert op.executor == "GpuPool"
     assert op.executor_config == {"gpu_pool": {"gpu_share": 250, "team": "cv",
                                                "priority": "critical", "time_limit": 5400.0}}
+
+
+def test_a_task_names_a_template_and_sets_only_what_differs() -> None:
+    with DAG("templated", schedule=None):
+        @task.gpu(team="nlp", template="llm-finetune", priority="high")
+        def finetune() -> str:
+            return "python train.py"
+
+        op = finetune().operator
+    spec = op.executor_config["gpu_pool"]
+    assert spec["template"] == "llm-finetune" and spec["priority"] == "high"
+    assert "gpus" not in spec  # the template's, added by the executor at admission
+    with pytest.raises(SpecError, match="task 'bad': template: got 'no spaces'"):
+        GpuSSHOperator(task_id="bad", command="true", team="nlp", template="no spaces")

@@ -6,6 +6,7 @@ import asyncio
 import importlib
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -323,3 +324,27 @@ def test_the_gpus_go_back_within_a_second_of_the_jobs_end_billed_to_it(
     assert entry.outcome.value == "success" and dict(entry.metrics) == {"val_loss": 0.5}
     print(f"released {released_after * 1000:.0f} ms after the job ended on the node")
     store.close()
+
+
+def test_a_templates_setup_runs_first_in_the_same_shell_on_the_node(
+        allocated: RemoteAllocation, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor passes the template's setup and time limit; the command sees what the
+    setup exported, and the limit applies though the task set none."""
+    monkeypatch.setenv("GPU_POOL_SETUP", "export FROM_SETUP=yes\ncd /tmp")
+    monkeypatch.setenv("GPU_POOL_TIME_LIMIT_S", "120")
+    op = GpuSSHOperator(task_id="train", gpus=2, team="nlp", poll_interval=0.2,
+                        deferrable=False,
+                        command='test "$FROM_SETUP" = yes && test "$PWD" = /tmp')
+    op.execute({"ti": FakeTI()})  # success: the setup's export and cd reached the command
+    assert op.time_limit_s == 120
+
+
+def test_a_failing_setup_fails_the_task_before_its_command(
+        allocated: RemoteAllocation, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    monkeypatch.setenv("GPU_POOL_SETUP", "false")
+    op = GpuSSHOperator(task_id="train", gpus=2, team="nlp", poll_interval=0.2,
+                        deferrable=False, command=f"touch {marker}")
+    with pytest.raises(GpuRemoteJobFailed, match="exit 1"):
+        op.execute({"ti": FakeTI()})
+    assert not marker.exists()

@@ -31,7 +31,7 @@ from seed import seed  # noqa: E402
 from gpu_pool.store import Store  # noqa: E402
 
 USERS = {"alice": ("admin", "alice-pass-1"), "olga": ("op", "olga-pass-1"),
-         "bob": ("viewer", "bob-pass-1")}
+         "bob": ("viewer", "bob-pass-1"), "carol": ("user", "carol-pass-1")}
 PLUGIN_FILE = "from gpu_pool.plugin import GpuPoolPlugin  # noqa: F401\n"
 
 

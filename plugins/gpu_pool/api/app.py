@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from airflow.api_fastapi.core_api.security import get_user, requires_authenticated
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
@@ -28,9 +28,15 @@ from gpu_pool.api import queries, views
 from gpu_pool.api.auth import actor_name, can_admin, require_fleet_admin
 from gpu_pool.api.schemas import (
     AllocationOut,
+    ApprovalIn,
+    AuditEventOut,
     EventOut,
     FleetOut,
+    FreezeIn,
+    FreezeOut,
     LedgerEntryOut,
+    MemberIn,
+    MemberOut,
     MeOut,
     NodeStateChange,
     NodeStateChanged,
@@ -40,6 +46,7 @@ from gpu_pool.api.schemas import (
     QuotaChange,
     QuotaOut,
     QuotasOut,
+    TemplateOut,
     UsageOut,
 )
 from gpu_pool.errors import ConflictError, NotFoundError, SpecError, StoreError
@@ -239,6 +246,100 @@ def create_app(store_factory: Callable[[], Store] | None = None,
         changed = store().set_node_state(parse_name(name), NodeState(change.state), actor=who,
                                          reason=reason)
         return NodeStateChanged(node=name, state=change.state, changed=changed, actor=who)
+
+    # -- governance: members, freezes, templates, the audit --------------------------
+
+    def require_lead_or_admin(user: Any, team: str, what: str) -> str:
+        """The actor's name, if they lead ``team`` or may administer the fleet; else 403."""
+        who = actor_name(user)
+        if can_admin(user) or store().is_lead(team, who):
+            return who
+        raise HTTPException(status.HTTP_403_FORBIDDEN,
+                            f"user {who!r} may not {what}: it takes a lead of team {team} or "
+                            "a fleet admin (role op or admin under the SimpleAuthManager)")
+
+    def freeze_out(f: Any) -> FreezeOut:
+        return FreezeOut(id=f.id, team=f.team, state=f.state(clock()), starts_at=f.starts_at,
+                         ends_at=f.ends_at, reason=f.reason, critical_only=f.critical_only,
+                         set_by=f.set_by, lifted_by=f.lifted_by)
+
+    def template_out(t: Any) -> TemplateOut:
+        return TemplateOut(name=t.name, version=t.version, team=t.team, fields=dict(t.fields),
+                           created_by=t.created_by, created_at=t.created_at, comment=t.comment,
+                           restored_from=t.restored_from, approved_for=list(t.approved_for))
+
+    @app.get("/api/teams/{team}/members", dependencies=auth, response_model=list[MemberOut],
+             tags=["governance"])
+    def get_members(team: str) -> list[MemberOut]:
+        known_team(team)
+        return [MemberOut(team=m.team, user=m.username, role=m.role, added_by=m.added_by,
+                          added_at=m.added_at) for m in store().members(team)]
+
+    @app.post("/api/teams/{team}/members", dependencies=auth, response_model=MemberOut,
+              tags=["governance"])
+    def post_member(team: str, member: MemberIn, user: AdminUser) -> MemberOut:
+        m = store().add_member(team, member.user, actor_name(user), role=member.role)
+        return MemberOut(team=m.team, user=m.username, role=m.role, added_by=m.added_by,
+                         added_at=m.added_at)
+
+    @app.get("/api/freezes", dependencies=auth, response_model=list[FreezeOut],
+             tags=["governance"])
+    def get_freezes(team: Annotated[str | None, Query(min_length=1, max_length=200)] = None
+                    ) -> list[FreezeOut]:
+        known_team(team)
+        return [freeze_out(f) for f in store().freezes(team)]
+
+    @app.post("/api/teams/{team}/freezes", dependencies=auth, response_model=FreezeOut,
+              tags=["governance"])
+    def post_freeze(team: str, freeze: FreezeIn, user: CurrentUser) -> FreezeOut:
+        known_team(team)
+        who = require_lead_or_admin(user, team, f"freeze team {team}")
+        return freeze_out(store().set_freeze(team, _aware(freeze.until), freeze.reason, who,
+                                             starts_at=_aware(freeze.starts_at),
+                                             critical_only=freeze.critical_only))
+
+    @app.post("/api/freezes/{freeze_id}/lift", dependencies=auth, response_model=FreezeOut,
+              tags=["governance"])
+    def lift_freeze(freeze_id: str, user: CurrentUser) -> FreezeOut:
+        s = store()
+        team = s.get_freeze(freeze_id).team
+        who = require_lead_or_admin(user, team, f"lift a freeze of team {team}")
+        return freeze_out(s.lift_freeze(freeze_id, who))
+
+    @app.get("/api/templates", dependencies=auth, response_model=list[TemplateOut],
+             tags=["governance"])
+    def get_templates() -> list[TemplateOut]:
+        return [template_out(t) for t in store().templates()]
+
+    @app.get("/api/templates/{name}/history", dependencies=auth,
+             response_model=list[TemplateOut], tags=["governance"])
+    def get_template_history(name: str) -> list[TemplateOut]:
+        return [template_out(t) for t in store().template_history(name)]
+
+    @app.post("/api/templates/{name}/approvals", dependencies=auth,
+              response_model=TemplateOut, tags=["governance"])
+    def post_approval(name: str, approval: ApprovalIn, user: CurrentUser) -> TemplateOut:
+        s = store()
+        owner = s.template(name).team
+        who = require_lead_or_admin(user, owner, f"approve the use of template {name}")
+        s.approve_template(name, approval.team, who)
+        return template_out(s.template(name))
+
+    @app.get("/api/audit", dependencies=auth, response_model=list[AuditEventOut],
+             tags=["governance"])
+    def get_audit(team: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+                  kind: Annotated[str | None, Query(min_length=1, max_length=100)] = None,
+                  actor: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+                  since: datetime | None = None, until: datetime | None = None,
+                  limit: Annotated[int, Query(ge=1, le=10_000)] = 500) -> list[AuditEventOut]:
+        """Every change — quota, node, template, approval, freeze, member, policy, lending:
+        who, when, before, after."""
+        known_team(team)
+        found = store().audit(team=team, kind=kind, actor=actor, since=_aware(since),
+                              until=_aware(until), limit=limit)
+        return [AuditEventOut(at=e.at, kind=e.kind, subject=e.subject, actor=e.actor,
+                              reason=e.reason, before=e.data.get("before"),
+                              after=e.data.get("after"), data=dict(e.data)) for e in found]
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:

@@ -18,7 +18,7 @@ alert level of a quota
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -326,3 +326,77 @@ class PolicyOut(BaseModel):
     comment: str | None = None
     values: list[PolicySettingOut]
     history: list[PolicyVersionOut]
+
+
+# -- governance ------------------------------------------------------------------------
+
+
+class MemberIn(BaseModel):
+    """Add a person (an Airflow user name) to a team, or change their role."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user: str = Field(min_length=1, max_length=200)
+    role: Literal["member", "lead"] = "member"
+
+
+class MemberOut(BaseModel):
+    team: str
+    user: str
+    role: str
+    added_by: str
+    added_at: datetime
+
+
+class FreezeIn(BaseModel):
+    """Freeze the team until ``until`` (an explicit end), from ``starts_at`` (default now)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    until: datetime
+    reason: str = Field(min_length=1, max_length=500)
+    starts_at: datetime | None = None
+    critical_only: bool = False
+
+
+class FreezeOut(BaseModel):
+    id: str
+    team: str
+    state: str
+    starts_at: datetime
+    ends_at: datetime
+    reason: str
+    critical_only: bool
+    set_by: str
+    lifted_by: str | None
+
+
+class ApprovalIn(BaseModel):
+    """Let ``team`` use the template (a lead of the template's team, or an admin)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    team: str = Field(min_length=1, max_length=200)
+
+
+class TemplateOut(BaseModel):
+    name: str
+    version: int
+    team: str
+    fields: dict[str, Any]
+    created_by: str
+    created_at: datetime
+    comment: str | None
+    restored_from: int | None
+    approved_for: list[str]
+
+
+class AuditEventOut(BaseModel):
+    at: datetime
+    kind: str
+    subject: str
+    actor: str
+    reason: str | None
+    before: Any = None
+    after: Any = None
+    data: dict[str, Any]

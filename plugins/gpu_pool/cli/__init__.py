@@ -1,7 +1,7 @@
 """The ``gpu-pool`` command line.
 
 Each command module (``fleet``, ``workload``, ``demo``, ``simulate``, ``ops``, ``policy``,
-``dags``)
+``governance``, ``dags``)
 defines ``register(subparsers)``, adding its parsers with ``func=handler`` where
 ``handler(args) -> int``. :func:`main` owns the contract with the shell:
 
@@ -25,7 +25,8 @@ from collections.abc import Sequence
 
 from gpu_pool.errors import GpuPoolError, SpecError
 
-COMMAND_MODULES = ("fleet", "workload", "demo", "simulate", "ops", "policy", "dags")
+COMMAND_MODULES = ("fleet", "workload", "demo", "simulate", "ops", "policy", "governance",
+                   "dags")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -47,6 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=team_lend)
     add_command(team, "lending", "list the lending consents of every team").set_defaults(
         func=team_lending)
+    from gpu_pool.cli.governance import register_members
+
+    register_members(team)
 
     nodes = add_group(subparsers, "nodes", "the GPU hosts of the fleet")
     p = add_command(nodes, "import", "add nodes from a YAML file (all of them, or none)")

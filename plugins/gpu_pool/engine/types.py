@@ -53,6 +53,8 @@ class ReasonCode(enum.StrEnum):
     # Set by the store when a plan preempts a running request, until the next plan gives
     # it a reason of its own (the sentence says who preempted it and why).
     PREEMPTED = "preempted"
+    # Its team is inside a critical-only freeze window (gpu_pool.store.governance).
+    FROZEN = "frozen"
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpu_pool.errors import ConflictError, GpuPoolError, StoreError
+from gpu_pool.executor_support import airflow_reads
 from gpu_pool.executor_support.naming import request_name
 
 SPEC_KEY = "gpu_pool"
@@ -48,13 +49,15 @@ class AdmissionMixin:
             spec = dict((workload.ti.executor_config or {}).get(SPEC_KEY) or {})
             spec.pop("name", None)
             try:
+                spec, used = self._with_template(cycle, spec)
                 request = parse_request(
                     {**spec, "name": name, "submitted_at": datetime.now(UTC)},
                     policy=cycle.policy,
                 )
+                self._check_membership(cycle, request.team, workload)
                 if request.dataset is not None:
                     request = dataclasses.replace(request, data_ready=cycle.is_ready(request))
-                cycle.admit(request, link(workload))
+                cycle.admit(request, {**link(workload), **used})
             except (StoreError, ConflictError):
                 raise  # the store, not the request: retried next heartbeat
             except GpuPoolError as error:
@@ -63,6 +66,28 @@ class AdmissionMixin:
                 self.fail(key, info=f"gpu-pool: {error}")
                 continue
             self._names[key] = name
+
+
+    def _with_template(self: Any, cycle: Any, spec: dict[str, Any]
+                       ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The spec with its template's fields under it (the task's own win), and what to
+        record: ``template`` (``name@vN``) and its ``setup`` command."""
+        name = spec.pop("template", None)
+        if name is None:
+            return spec, {}
+        template = cycle.store.template_for(str(name), str(spec.get("team")))
+        fields = {k: v for k, v in template.fields.items() if k != "setup"}
+        return {**fields, **spec}, {"template": f"{template.name}@v{template.version}",
+                                    "setup": template.fields.get("setup")}
+
+    def _check_membership(self: Any, cycle: Any, team: str, workload: Any) -> None:
+        """A task is charged to ``team`` only if the DAG's owner or the run's triggering
+        user is a member (teams without members are open unless membership is required)."""
+        required = bool(getattr(self, "require_membership", False))
+        if not required and not cycle.store.members(team):
+            return
+        people = airflow_reads.run_people(workload.ti.dag_id, workload.ti.run_id)
+        cycle.store.check_charge(team, people, require_membership=required)
 
 
 def link(workload: Any) -> dict[str, Any]:

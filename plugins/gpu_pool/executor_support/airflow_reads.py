@@ -72,3 +72,18 @@ def pushed_metrics(dag_id: str, task_id: str, run_id: str, map_index: int) -> di
     if not isinstance(value, dict):
         return {}
     return {str(k): float(v) for k, v in value.items() if is_metric_value(v)}
+
+
+def run_people(dag_id: str, run_id: str) -> list[str]:
+    """The DAG's owners and the user who triggered the run (if a user did)."""
+    from airflow.models.dag import DagModel
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        owners = session.execute(select(DagModel.owners).where(DagModel.dag_id == dag_id)
+                                 ).scalar()
+        user = session.execute(select(DagRun.triggering_user_name).where(
+            DagRun.dag_id == dag_id, DagRun.run_id == run_id)).scalar()
+    people = [o.strip() for o in (owners or "").split(",") if o.strip()]
+    return [*people, user] if user else people

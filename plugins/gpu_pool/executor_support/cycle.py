@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpu_pool.engine.types import PendingReason, Plan
-from gpu_pool.model import Allocation, AllocationState, Outcome, Policy, Request
+from gpu_pool.engine.types import PendingReason, Plan, ReasonCode
+from gpu_pool.model import Allocation, AllocationState, Outcome, Policy, PriorityClass, Request
 from gpu_pool.telemetry import fleet_gauges
 
 _log = logging.getLogger(__name__)
@@ -162,7 +162,10 @@ class PlacementCycle:
         if not snapshot.requests:
             return CycleReport(planned=False, detail="no pending requests", gauges=gauges)
         snapshot = self._with_readiness(snapshot)
+        snapshot, frozen = self._without_frozen(snapshot, now)
         plan = self._with_preemption_notes(self.planner(snapshot))
+        if frozen:
+            plan = dataclasses.replace(plan, pending=(*plan.pending, *frozen))
         result = self.store.apply_plan(plan, now, self.actor, policy=self.policy)
         placed = tuple(_names(getattr(result, "applied", None), plan))
         dropped = tuple(_names(getattr(result, "dropped", ()), None))
@@ -172,6 +175,26 @@ class PlacementCycle:
             pending=plan.pending,
             detail=f"{plan.stats.status} in {plan.stats.wall_seconds:.3f}s", gauges=gauges,
         )
+
+    def _without_frozen(self, snapshot: Any, now: datetime
+                        ) -> tuple[Any, tuple[PendingReason, ...]]:
+        """Hold back the non-critical requests of teams in a critical-only freeze."""
+        freezes_of = getattr(self.store, "critical_only_freezes", None)
+        freezes = freezes_of(now) if callable(freezes_of) else {}
+        if not freezes:
+            return snapshot, ()
+        held = [r for r in snapshot.requests
+                if r.team in freezes and r.priority is not PriorityClass.CRITICAL]
+        if not held:
+            return snapshot, ()
+        reasons = tuple(PendingReason(
+            r.name, ReasonCode.FROZEN,
+            f"team {r.team} is frozen until {freezes[r.team].ends_at:%Y-%m-%d %H:%M UTC} "
+            f"(set by {freezes[r.team].set_by}: {freezes[r.team].reason}); only its critical "
+            "work starts") for r in held)
+        names = {r.name for r in held}
+        kept = tuple(r for r in snapshot.requests if r.name not in names)
+        return dataclasses.replace(snapshot, requests=kept), reasons
 
     def _with_preemption_notes(self, plan: Plan) -> Plan:
         """A preempted request's pending reason keeps saying who preempted it until it is

@@ -44,6 +44,21 @@ class Started:
     live: bool = True  # False: resumed after its job ended and its GPUs went back
 
 
+def _template_env(store: Any, name: str) -> dict[str, str]:
+    """A templated task's setup command and time limit, for the operator (the template as
+    it was when the task was admitted)."""
+    external = store.request_external(name) or {}
+    if not external.get("template"):
+        return {}
+    env = {"GPU_POOL_TEMPLATE": str(external["template"])}
+    if external.get("setup"):
+        env["GPU_POOL_SETUP"] = str(external["setup"])
+    request = store.get_request(name)
+    if request is not None and request.time_limit is not None:
+        env["GPU_POOL_TIME_LIMIT_S"] = str(request.time_limit.total_seconds())
+    return env
+
+
 class StartingMixin:
     """The executor's start step (mixed into :class:`gpu_pool.executor.GpuPoolExecutor`)."""
 
@@ -71,7 +86,8 @@ class StartingMixin:
             valid_for=max(conf.getfloat("scheduler", "task_queued_timeout"), 600.0),
         ) if isinstance(workload, ExecuteTask) else ""
         fresh = workload.model_copy(update={"token": token})
-        env = {**os.environ, **allocation.to_env()}
+        env = {**os.environ, **allocation.to_env(), **_template_env(cycle.store,
+                                                                    binding.request_name)}
         log_dir = Path(conf.get("logging", "base_log_folder")) / "gpu_pool_executor"
         log_dir.mkdir(parents=True, exist_ok=True)
         with open(log_dir / f"{workload.ti.id}.log", "ab") as out:

@@ -115,7 +115,7 @@ class GpuSSHOperator(BaseOperator):
                  data_ready: bool | None = None, time_limit: Any = None,
                  estimated_runtime: Any = None, preemptible: bool | None = None,
                  preemption_grace: float | timedelta | str | None = None,
-                 **kwargs: Any) -> None:
+                 template: str | None = None, **kwargs: Any) -> None:
         executor = kwargs.pop("executor", EXECUTOR_ALIAS)
         executor_config = dict(kwargs.pop("executor_config", None) or {})
         if dataset is not None and hasattr(dataset, "uri"):
@@ -133,7 +133,7 @@ class GpuSSHOperator(BaseOperator):
             "dataset_zone": dataset_zone, "dataset_size_gib": dataset_size_gib,
             "data_ready": data_ready, "time_limit": time_limit,
             "estimated_runtime": estimated_runtime, "preemptible": preemptible,
-            "grace": preemption_grace})
+            "grace": preemption_grace}, template=template)
         self.preemption_grace_s = self.spec.get("grace")  # seconds, validated above
         self.executor_config = {**executor_config, SPEC_KEY: self.spec}
         if not 0 < warn_at <= 1:
@@ -247,7 +247,18 @@ class GpuSSHOperator(BaseOperator):
             kill_grace_s=self.kill_grace_s, poll_interval=self.poll_interval,
             log_offsets=log_offsets, request=self._request)
 
+    def _from_template(self) -> None:
+        """What the task's template adds, passed by the executor: its time limit when the
+        task set none, and its setup command, run in the same shell before the command (a
+        failing setup fails the task)."""
+        if self.time_limit_s is None and os.environ.get("GPU_POOL_TIME_LIMIT_S"):
+            self.time_limit_s = float(os.environ["GPU_POOL_TIME_LIMIT_S"])
+        setup = os.environ.get("GPU_POOL_SETUP")
+        if setup:
+            self.command = f"{{ {setup}\n}} || exit $?\n{self.command}"
+
     def execute(self, context: Any) -> None:
+        self._from_template()
         allocation = self._allocation()
         self._request = allocation.request or None
         self.log.info("Allocation %s", allocation.external_id)
@@ -273,6 +284,8 @@ class GpuSSHOperator(BaseOperator):
                 return
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> None:
+        if self.time_limit_s is None and os.environ.get("GPU_POOL_TIME_LIMIT_S"):
+            self.time_limit_s = float(os.environ["GPU_POOL_TIME_LIMIT_S"])
         started_at = float(event.get("started_at") or time.time())
         trigger = self._handle(context, event, started_at)
         if trigger is not None:

@@ -55,9 +55,20 @@ def dataset_fields(dataset: Any) -> dict[str, Any]:
 
 
 def request_spec(task_id: str, fields: dict[str, Any], *,
-                 known_teams: Collection[str] | None = None) -> dict[str, Any]:
-    """The validated, JSON-safe spec; :class:`SpecError` located at ``task '<task_id>'``."""
+                 known_teams: Collection[str] | None = None,
+                 template: str | None = None) -> dict[str, Any]:
+    """The validated, JSON-safe spec; :class:`SpecError` located at ``task '<task_id>'``.
+
+    ``template`` names a stored template: the executor adds its fields under the task's own
+    at admission (the DAG processor does not read the store)."""
     where = f"task {task_id!r}"
+    if template is not None:
+        from gpu_pool.spec import parse_name
+
+        try:
+            parse_name(template, "template")
+        except SpecError as error:
+            raise error.located(where) from None
     for key in fields:
         if key not in TASK_SPEC_FIELDS:
             raise SpecError(key, fields[key], "one of the GPU request fields "
@@ -72,4 +83,6 @@ def request_spec(task_id: str, fields: dict[str, Any], *,
     for key in ("time_limit", "estimated_runtime", "grace"):
         if key in data:
             data[key] = parse_duration(data[key], key).total_seconds()
+    if template is not None:
+        data["template"] = template
     return data

@@ -235,13 +235,23 @@ def plot_png(report: MonthlyReport) -> bytes:
 
 def write_report(objstore: ObjectStore, report: MonthlyReport, now: datetime) -> list[str]:
     """The report's files under ``report/month=YYYY-MM/`` (under an ``exported_at=`` folder
-    of their own where the bucket keeps no history, so a rerun replaces nothing)."""
+    of their own where the bucket keeps no history, so a rerun replaces nothing), and each
+    team's rows under ``by_team/team=<team>/year=<YYYY>/report/month=YYYY-MM/``."""
     folder = f"report/month={report.month}"
     exported_at = None if objstore.keeps_history() else now
 
     def key(name: str) -> str:
         return export_key(folder, name, exported_at)
 
+    by_team = []
+    year = report.month[:4]
+    for team in sorted(str(t) for t in report.teams.get("team", [])):
+        team_folder = f"by_team/team={team}/year={year}/report/month={report.month}"
+        for name, frame in (("teams.csv", report.teams), ("top_tasks.csv", report.top_tasks),
+                            ("rightsizing.csv", report.rightsizing)):
+            rows = frame[frame["team"] == team] if "team" in frame.columns else frame.iloc[0:0]
+            by_team.append(objstore.put_bytes(export_key(team_folder, name, exported_at),
+                                              rows.to_csv(index=False).encode(), "text/csv"))
     return [
         objstore.put_bytes(key("report.md"), to_markdown(report).encode(), "text/markdown"),
         objstore.put_bytes(key("teams.csv"), report.teams.to_csv(index=False).encode(),
@@ -253,4 +263,5 @@ def write_report(objstore: ObjectStore, report: MonthlyReport, now: datetime) ->
         objstore.put_bytes(key("cross_zone.csv"),
                            report.cross_zone.to_csv(index=False).encode(), "text/csv"),
         objstore.put_bytes(key("gpu_hours.png"), plot_png(report), "image/png"),
+        *by_team,
     ]

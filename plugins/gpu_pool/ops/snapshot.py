@@ -9,6 +9,12 @@ Keys (below the object store's prefix)
 ``fleet/dt=…``, ``queue/dt=…``, ``allocations/dt=…``
     nodes and GPUs, pending requests and active allocations as of the run (only written for
     the day that contains ``now``: the past state is not kept in the store).
+``audit/dt=YYYY-MM-DD/part-0.parquet`` and ``.csv``
+    the day's changes (quota, node, template, approval, freeze, member, policy, lending):
+    who, when, before, after.
+``by_team/team=<team>/year=<YYYY>/ledger/dt=…`` and ``…/audit/dt=…``
+    the same rows of one team, so "team cv, 2026" is one listing of
+    ``by_team/team=cv/year=2026/`` (the monthly reports are there too).
 
 On a bucket that keeps no history (versioning off, as on many S3-compatible stores), each
 export of a period goes under its own folder, ``ledger/dt=YYYY-MM-DD/exported_at=<UTC
@@ -43,7 +49,7 @@ import pandas as pd
 from gpu_pool.model import Allocation, LedgerEntry, Request
 from gpu_pool.objectstore import ObjectStore, export_key
 from gpu_pool.ops.records import OpsRecords
-from gpu_pool.store.events import Event
+from gpu_pool.store.events import Event, teams_of
 
 DATASET = "daily"
 LEDGER_COLUMNS = ("allocation_id", "request_name", "team", "purpose", "node", "gpu_model",
@@ -69,6 +75,18 @@ def _plain(value: Any) -> Any:
         return json.dumps(value if isinstance(value, dict) else sorted(map(str, value)),
                           sort_keys=True, default=str)
     return value
+
+
+AUDIT_COLUMNS = ("at", "kind", "subject", "actor", "teams", "reason", "before", "after")
+
+
+def audit_frame(changes: Iterable[Event]) -> pd.DataFrame:
+    rows = [{"at": c.at.astimezone(UTC), "kind": c.kind, "subject": c.subject,
+             "actor": c.actor, "teams": ",".join(sorted(teams_of(c))), "reason": c.reason,
+             "before": json.dumps(c.data.get("before"), sort_keys=True, default=str),
+             "after": json.dumps(c.data.get("after", dict(c.data)), sort_keys=True,
+                                 default=str)} for c in changes]
+    return pd.DataFrame(rows, columns=list(AUDIT_COLUMNS))
 
 
 def ledger_frame(entries: Iterable[LedgerEntry]) -> pd.DataFrame:
@@ -155,6 +173,15 @@ def export_day(store: Any, objstore: ObjectStore, day: date, now: datetime,
     events = [e for e in store.events(since=lo) if _event_time(e) is None
               or lo <= _event_time(e) < hi]
     keys += write_table(objstore, "events", day, records_frame(events, Event), exported_at)
+    changes = store.audit(since=lo, until=hi)
+    keys += write_table(objstore, "audit", day, audit_frame(changes), exported_at)
+    teams = {e.team for e in entries} | {t for c in changes for t in teams_of(c)}
+    for team in sorted(teams):
+        folder = f"by_team/team={team}/year={day.year}"
+        keys += write_table(objstore, f"{folder}/ledger", day,
+                            ledger_frame(e for e in entries if e.team == team), exported_at)
+        keys += write_table(objstore, f"{folder}/audit", day,
+                            audit_frame(c for c in changes if team in teams_of(c)), exported_at)
     if lo <= now < hi:
         keys += write_table(objstore, "fleet", day, fleet_frame(store.list_nodes()),
                             exported_at)

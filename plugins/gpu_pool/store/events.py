@@ -67,3 +67,57 @@ def read(conn: Connection, since: datetime | None = None, subject: str | None = 
     return [Event(at=py_time(r["at"]), subject_kind=r["subject_kind"], subject=r["subject"],
                   kind=r["kind"], actor=r["actor"], reason=r["reason"],
                   data=from_json(r["data"])) for r in reversed(rows)]
+
+
+# The changes an audit lists: everything but the placement traffic (requests, allocations,
+# GPU health readings), which `gpu-pool why` and the ledger tell.
+AUDIT_KINDS = ("quota", "team", "node", "template", "freeze", "policy", "lending")
+
+
+def audit(conn: Connection, *, team: str | None = None, kind: str | None = None,
+          actor: str | None = None, since: datetime | None = None,
+          until: datetime | None = None, limit: int | None = None) -> list[Event]:
+    """Change events oldest first. ``kind``: a family (``quota``) or one kind
+    (``quota.updated``); ``team``: events about the team or carrying it (a quota, a
+    template, a freeze, a member); with ``limit``, the most recent ``limit`` of them."""
+    families = AUDIT_KINDS
+    if kind is not None:
+        family = kind.split(".", 1)[0]
+        if family not in AUDIT_KINDS:
+            from gpu_pool.errors import SpecError
+
+            raise SpecError("kind", kind, "one of " + ", ".join(AUDIT_KINDS)
+                            + " (a family), or one kind of them such as quota.updated")
+        families = (family,)
+    where = ["(" + " OR ".join(f"kind LIKE :f{i}" for i in range(len(families))) + ")"]
+    params: dict[str, Any] = {f"f{i}": f"{f}.%" for i, f in enumerate(families)}
+    if kind is not None and "." in kind:
+        where.append("kind = :kind")
+        params["kind"] = kind
+    if actor is not None:
+        where.append("actor = :actor")
+        params["actor"] = actor
+    if since is not None:
+        where.append("at >= :since")
+        params["since"] = db_time(since)
+    if until is not None:
+        where.append("at < :until")
+        params["until"] = db_time(until)
+    rows = conn.execute(text("SELECT * FROM events WHERE " + " AND ".join(where)
+                             + " ORDER BY id"), params).mappings().all()
+    found = [Event(at=py_time(r["at"]), subject_kind=r["subject_kind"], subject=r["subject"],
+                   kind=r["kind"], actor=r["actor"], reason=r["reason"],
+                   data=from_json(r["data"])) for r in rows]
+    if team is not None:
+        found = [e for e in found if team in teams_of(e)]
+    return found[-limit:] if limit else found
+
+
+def teams_of(event: Event) -> set[str]:
+    """The teams a change is about (its subject, or a team its data names)."""
+    teams = {event.subject} if event.subject_kind == "team" else set()
+    data = event.data or {}
+    for source in (data, data.get("before") or {}, data.get("after") or {}):
+        if isinstance(source, Mapping):
+            teams.update(str(source[k]) for k in ("team", "for_team") if source.get(k))
+    return teams

@@ -24,7 +24,7 @@ from sqlalchemy import Connection, text
 
 from gpu_pool.errors import SpecError
 from gpu_pool.model import Quota
-from gpu_pool.store import events
+from gpu_pool.store import events, governance
 from gpu_pool.store.allocations import active_allocations
 from gpu_pool.store.checks import check_quota
 from gpu_pool.store.codec import new_id, quota_from_row, quota_params
@@ -37,6 +37,7 @@ def set_quota(conn: Connection, quota: Quota, actor: str, now: datetime) -> Quot
         raise SpecError("team", quota.team, "a known team: " + (", ".join(teams) or "none yet "
                         "(create one with `gpu-pool team add`)"))
     check_quota(quota)
+    governance.check_not_frozen(conn, [quota.team], now, f"changing its quotas ({quota.purpose})")
     existing = _existing_row(conn, quota)
     if existing is None:
         quota_id = quota.id or new_id()

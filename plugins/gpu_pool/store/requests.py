@@ -10,7 +10,8 @@ reason
     ``reason_code`` / ``reason_message``: why a pending request waits, as the last plan said.
 external
     The Airflow task instance a request stands for: dag_id, task_id, run_id, map_index,
-    try_number, executor_key.
+    try_number, executor_key; and the template the task used (``name@vN``) with its setup
+    command, run on the node before the task's own.
 
 Invariants: :func:`change_state` is the one writer of ``requests.state`` after submission;
 it is guarded (``WHERE id = :id AND state IN (...)``) and writes its ``request.*`` event in
@@ -35,7 +36,8 @@ from gpu_pool.store.codec import db_time, new_id, request_from_row, request_para
 from gpu_pool.store.fleet import fleet_shapes, team_names
 from gpu_pool.store.ledger import price_of
 
-EXTERNAL_FIELDS = ("dag_id", "task_id", "run_id", "map_index", "try_number", "executor_key")
+EXTERNAL_FIELDS = ("dag_id", "task_id", "run_id", "map_index", "try_number", "executor_key",
+                   "template", "setup")
 _EVENT_OF = {
     RequestState.RUNNING: "request.placed",
     RequestState.PENDING: "request.requeued",
@@ -99,12 +101,12 @@ def submit_request(conn: Connection, request: Request, actor: str, now: datetime
         "gpu_models, min_gpu_memory_mib, cpu_milli, memory_mib, dataset_uri, dataset_zone, "
         "dataset_size_gib, data_ready, time_limit_s, estimated_runtime_s, preemptible, state, "
         "submitted_at, created_at, updated_at, dag_id, task_id, run_id, map_index, try_number, "
-        "executor_key, grace_s) VALUES (:id, :name, :team, :purpose, :priority, :gpus, "
+        "executor_key, grace_s, template, setup) VALUES (:id, :name, :team, :purpose, :priority, :gpus, "
         ":gpu_milli, "
         ":nodes, :gpu_models, :min_gpu_memory_mib, :cpu_milli, :memory_mib, :dataset_uri, "
         ":dataset_zone, :dataset_size_gib, :data_ready, :time_limit_s, :estimated_runtime_s, "
         ":preemptible, 'pending', :submitted_at, :now, :now, :dag_id, :task_id, :run_id, "
-        ":map_index, :try_number, :executor_key, :grace_s)"), params)
+        ":map_index, :try_number, :executor_key, :grace_s, :template, :setup)"), params)
     events.record(conn, now, "request", request.name, "request.submitted", actor,
                   data={"team": request.team, "gpus": request.total_gpus,
                         "priority": str(request.priority),

@@ -53,6 +53,7 @@ from gpu_pool.store import (
     apply,
     events,
     fleet,
+    governance,
     jobs,
     ledger,
     lending,
@@ -204,6 +205,11 @@ class Store:
 
     def import_nodes(self, nodes: list[Node], actor: str, replace: bool = False) -> None:
         with self._write() as conn:
+            # A node labelled team=<team> is that team's: frozen with it.
+            old = {n.name: n for n in fleet.list_nodes(conn)}
+            teams = sorted({t for n in nodes for t in (
+                n.labels.get("team"), getattr(old.get(n.name), "labels", {}).get("team")) if t})
+            governance.check_not_frozen(conn, teams, self.clock(), "changing its nodes")
             fleet.import_nodes(conn, list(nodes), actor, replace, self.clock())
 
     def list_nodes(self) -> list[Node]:
@@ -401,6 +407,103 @@ class Store:
             raise SpecError("limit", limit, "a whole number of events, 1 or more")
         with self._read() as conn:
             return events.read(conn, since, subject, limit)
+
+
+    # -- governance (gpu_pool.store.governance) -----------------------------------------
+
+    def add_member(self, team: str, username: str, actor: str,
+                   role: str = "member") -> governance.Member:
+        with self._write() as conn:
+            return governance.add_member(conn, team, username, role, actor, self.clock())
+
+    def remove_member(self, team: str, username: str, actor: str) -> governance.Member:
+        with self._write() as conn:
+            return governance.remove_member(conn, team, username, actor, self.clock())
+
+    def members(self, team: str | None = None) -> list[governance.Member]:
+        with self._read() as conn:
+            return governance.members(conn, team)
+
+    def is_lead(self, team: str, username: str) -> bool:
+        with self._read() as conn:
+            return governance.is_lead(conn, team, username)
+
+    def check_charge(self, team: str, people: Iterable[str], *,
+                     require_membership: bool = False) -> None:
+        """Refuse (SpecError) to charge ``team`` unless one of ``people`` is its member."""
+        with self._read() as conn:
+            governance.check_charge(conn, team, list(people),
+                                    require_membership=require_membership)
+
+    def set_freeze(self, team: str, until: datetime, reason: str, actor: str, *,
+                   starts_at: datetime | None = None,
+                   critical_only: bool = False) -> governance.Freeze:
+        now = self.clock()
+        with self._write() as conn:
+            return governance.set_freeze(conn, team, starts_at or now, until, reason,
+                                         critical_only, actor, now)
+
+    def lift_freeze(self, freeze_id: str, actor: str) -> governance.Freeze:
+        with self._write() as conn:
+            return governance.lift_freeze(conn, freeze_id, actor, self.clock())
+
+    def critical_only_freezes(self, now: datetime) -> dict[str, governance.Freeze]:
+        """Team -> its active critical-only freeze: only its critical work starts."""
+        with self._read() as conn:
+            return {f.team: f for f in governance.list_freezes(conn)
+                    if f.critical_only and f.active(now)}
+
+    def get_freeze(self, freeze_id: str) -> governance.Freeze:
+        with self._read() as conn:
+            return governance.get_freeze(conn, freeze_id)
+
+    def freezes(self, team: str | None = None) -> list[governance.Freeze]:
+        """Every freeze (a freeze that ended by itself gets its ``freeze.ended`` event)."""
+        with self._write() as conn:
+            governance.record_ended(conn, self.clock())
+            return governance.list_freezes(conn, team)
+
+    def save_template(self, name: str, fields: Mapping[str, Any], actor: str, *,
+                      team: str | None = None,
+                      comment: str | None = None) -> governance.Template:
+        with self._write() as conn:
+            return governance.save_template(conn, name, team, fields, actor, self.clock(),
+                                            comment)
+
+    def template(self, name: str, version: int | None = None) -> governance.Template:
+        with self._read() as conn:
+            return governance.get_template(conn, name, version)
+
+    def templates(self) -> list[governance.Template]:
+        with self._read() as conn:
+            return governance.list_templates(conn)
+
+    def template_history(self, name: str) -> list[governance.Template]:
+        with self._read() as conn:
+            governance.get_template(conn, name)  # NotFoundError for an unknown name
+            return governance.template_history(conn, name)
+
+    def restore_template(self, name: str, version: int, actor: str,
+                         comment: str | None = None) -> governance.Template:
+        with self._write() as conn:
+            return governance.restore_template(conn, name, version, actor, self.clock(),
+                                               comment)
+
+    def approve_template(self, name: str, team: str, actor: str) -> bool:
+        with self._write() as conn:
+            return governance.approve_template(conn, name, team, actor, self.clock())
+
+    def template_for(self, name: str, team: str) -> governance.Template:
+        with self._read() as conn:
+            return governance.template_for(conn, name, team)
+
+    def audit(self, *, team: str | None = None, kind: str | None = None,
+              actor: str | None = None, since: datetime | None = None,
+              until: datetime | None = None, limit: int | None = None) -> list[events.Event]:
+        """Change events (not the placement traffic), oldest first, filtered."""
+        with self._read() as conn:
+            return events.audit(conn, team=team, kind=kind, actor=actor, since=since,
+                                until=until, limit=limit)
 
 
     # -- the sharing policy (gpu_pool.store.policy) --------------------------------------
