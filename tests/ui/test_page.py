@@ -200,3 +200,28 @@ def test_8_page_is_in_the_airflow_ui_nav(fleet_server, browser_page, shots):
     assert page.locator("iframe").get_attribute("src").endswith("/gpu-pool/")
     page.screenshot(path=str(shots / "in-airflow.png"))
     _publish(shots / "in-airflow.png", "fleet-in-airflow.png")
+
+
+def test_9_audit_lists_every_change_and_filters_by_team(fleet_server, browser_page, shots):
+    store = fleet_server.store
+    store.add_member("research", "dana", "alice", role="lead")
+    store.save_template("research-sweep", {"gpus": 1, "priority": "low"}, "dana",
+                        team="research")
+    page = browser_page
+    page.goto(f"{fleet_server.base}/gpu-pool/#audit")
+    _wait_loaded(page, "audit")
+    first = page.locator("#audit-table tbody tr").first
+    assert first.get_attribute("data-kind") == "template.created"  # newest first
+    assert "dana" in first.inner_text() and '"priority":"low"' in first.inner_text()
+    page.select_option("#audit-team", "research")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#audit-table tbody tr')].every("
+        "r => !r.innerText.includes('nlp-'))")
+    kinds = page.locator("#audit-table tbody tr").evaluate_all(
+        "rows => rows.map(r => r.dataset.kind)")
+    assert kinds[:2] == ["template.created", "team.member_added"]
+    page.select_option("#audit-kind", "template")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#audit-table tbody tr')].every("
+        "r => r.dataset.kind.startsWith('template.'))")
+    page.screenshot(path=str(shots / "audit.png"))

@@ -270,6 +270,29 @@ async function renderPlacement() {
   }
 }
 
+// -- audit --------------------------------------------------------------------------------
+
+function shortJson(value) {
+  if (value === null || value === undefined) return "";
+  const text = JSON.stringify(value);
+  return text.length > 160 ? text.slice(0, 157) + "..." : text;
+}
+
+function renderAudit(events) {
+  const rows = events.slice().reverse().map((e) => el("tr", { "data-kind": e.kind },
+    el("td", {}, when(e.at)), el("td", {}, el("code", {}, e.kind)), el("td", {}, e.subject),
+    el("td", {}, e.actor), el("td", { class: "json" }, shortJson(e.before)),
+    el("td", { class: "json" }, shortJson(e.after)), el("td", {}, e.reason || "")));
+  document.querySelector("#audit-table tbody").replaceChildren(...rows);
+}
+
+function auditQuery() {
+  const q = new URLSearchParams({ limit: "200" });
+  if (state.auditTeam) q.set("team", state.auditTeam);
+  if (state.auditKind) q.set("kind", state.auditKind);
+  return "audit?" + q.toString();
+}
+
 // -- refresh loop -------------------------------------------------------------------------
 
 async function refresh() {
@@ -279,6 +302,13 @@ async function refresh() {
     else if (state.tab === "quotas") renderQuotas(await api("quotas"));
     else if (state.tab === "usage") renderUsage(await api("usage?window=" + state.window));
     else if (state.tab === "placement") await renderPlacement();
+    else if (state.tab === "audit") {
+      const select = document.getElementById("audit-team");
+      if (select.options.length === 1) {
+        for (const t of (await api("queue?limit=1")).teams) select.append(el("option", { value: t }, t));
+      }
+      renderAudit(await api(auditQuery()));
+    }
     if (state.tab !== "fleet" && !document.getElementById("summary").textContent) renderFleet(await api("fleet"));
     document.getElementById("updated").textContent = "updated " + new Date().toISOString().slice(11, 19) + " UTC";
     document.body.dataset.loaded = state.tab;
@@ -299,6 +329,8 @@ async function start() {
   wireTooltip();
   document.getElementById("team-filter").addEventListener("change", (e) => { state.team = e.target.value; refresh(); });
   document.getElementById("usage-window").addEventListener("change", (e) => { state.window = e.target.value; refresh(); });
+  document.getElementById("audit-team").addEventListener("change", (e) => { state.auditTeam = e.target.value; refresh(); });
+  document.getElementById("audit-kind").addEventListener("change", (e) => { state.auditKind = e.target.value; refresh(); });
   document.getElementById("placement-form").addEventListener("submit", (e) => { e.preventDefault(); renderPlacement(); });
   addEventListener("hashchange", () => show(location.hash.slice(1)));
   try {
