@@ -85,9 +85,15 @@ def test_markdown_has_a_section_per_team(report) -> None:
 
 def test_written_to_object_store(objstore, report) -> None:
     keys = write_report(objstore, report, NOW)
-    assert [k.rsplit("/", 1)[1] for k in keys] == [
+    assert [k.rsplit("/", 1)[1] for k in keys[:6]] == [
         "report.md", "teams.csv", "top_tasks.csv", "rightsizing.csv", "cross_zone.csv",
         "gpu_hours.png"]
+    assert keys[6:] == [f"gpu-pool/test/by_team/team={team}/year=2026/report/month=2026-11/{name}"
+                        for team in ("nlp", "vision")
+                        for name in ("teams.csv", "top_tasks.csv", "rightsizing.csv")]
+    nlp = pd.read_csv(io.BytesIO(objstore.get_bytes(
+        "by_team/team=nlp/year=2026/report/month=2026-11/teams.csv")))
+    assert list(nlp["team"]) == ["nlp"]
     png = objstore.get_bytes("report/month=2026-11/gpu_hours.png")
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     teams = pd.read_csv(io.BytesIO(objstore.get_bytes("report/month=2026-11/teams.csv")))
