@@ -15,7 +15,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 SECRETS = ("POSTGRES_PASSWORD", "GPU_POOL_DB_PASSWORD", "AIRFLOW_FERNET_KEY",
            "AIRFLOW_JWT_SECRET", "AIRFLOW_API_SECRET_KEY", "AIRFLOW_ADMIN_PASSWORD",
-           "AIRFLOW_VIEWER_PASSWORD", "MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD")
+           "AIRFLOW_VIEWER_PASSWORD", "MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD",
+           "GRAFANA_ADMIN_PASSWORD")
 
 
 def compose(env_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -62,7 +63,7 @@ def test_the_stack_has_the_shape_of_a_deployment(env_file: Path) -> None:
     assert {"postgres", "minio", "minio-init", "airflow-init", "airflow-apiserver",
             "airflow-scheduler", "airflow-scheduler-2", "airflow-dag-processor",
             "airflow-triggerer", "gpu-node-1", "gpu-node-2", "gpu-node-3", "redis",
-            "airflow-worker", "statsd-exporter", "prometheus"} == set(services)
+            "airflow-worker", "statsd-exporter", "prometheus", "grafana"} == set(services)
     one_shot = {"minio-init", "airflow-init"}
     for name, svc in services.items():
         image = svc["image"]
@@ -102,3 +103,29 @@ def test_the_image_installs_gpu_pool_from_a_wheel() -> None:
     assert not re.search(r"pip install[^\n]*\s-e\s", dockerfile)
     assert re.search(r"^FROM apache/airflow:\$\{AIRFLOW_VERSION\}", dockerfile, re.M)
     assert re.search(r"^ARG AIRFLOW_VERSION=3\.3\.\d+$", dockerfile, re.M)
+
+
+def test_the_dashboard_reads_only_metrics_the_exporter_makes() -> None:
+    """Every metric the Grafana dashboard queries is a name deploy/statsd-mapping.yml gives
+    one of gpu-pool's StatsD metrics (gpu_pool.telemetry), and every one of those is mapped."""
+    import json
+
+    from gpu_pool import telemetry
+
+    mapping = yaml.safe_load((REPO / "deploy/statsd-mapping.yml").read_text())["mappings"]
+    made = {m["name"] for m in mapping}
+    dashboard = json.loads((REPO / "deploy/grafana/dashboards/gpu-pool.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert len(dashboard["panels"]) >= 6 and all(p["targets"] for p in dashboard["panels"])
+    read = {m for e in exprs for m in re.findall(r"\b(gpu_pool_[a-z_]+)\b", e)}
+    assert read and read <= made, read - made
+    documented = set(re.findall(r"``gpu_pool\.([a-z_]+)", telemetry.__doc__))
+    sent = {f"airflow.gpu_pool.{name}" for name in documented}
+    globbed = [m["match"] for m in mapping]
+    for name in sent:  # each documented metric (its first part) matches one rule
+        assert any(re.fullmatch(g.replace(".", r"\.").replace("*", r"[^.]+"),
+                                name if "*" not in g else name + ".x" * g.count("*"))
+                   for g in globbed), name
+    provisioning = yaml.safe_load((REPO / "deploy/grafana/provisioning/dashboards/"
+                                   "gpu-pool.yml").read_text())
+    assert provisioning["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
