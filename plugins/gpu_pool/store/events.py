@@ -64,9 +64,12 @@ def read(conn: Connection, since: datetime | None = None, subject: str | None = 
         sql += " LIMIT :limit"
         params["limit"] = int(limit)
     rows = conn.execute(text(sql), params).mappings().all()
-    return [Event(at=py_time(r["at"]), subject_kind=r["subject_kind"], subject=r["subject"],
-                  kind=r["kind"], actor=r["actor"], reason=r["reason"],
-                  data=from_json(r["data"])) for r in reversed(rows)]
+    return [_event(r) for r in reversed(rows)]
+
+
+def _event(r: Mapping[str, Any]) -> Event:
+    return Event(at=py_time(r["at"]), subject_kind=r["subject_kind"], subject=r["subject"],
+                 kind=r["kind"], actor=r["actor"], reason=r["reason"], data=from_json(r["data"]))
 
 
 # The changes an audit lists: everything but the placement traffic (requests, allocations,
@@ -105,9 +108,7 @@ def audit(conn: Connection, *, team: str | None = None, kind: str | None = None,
         params["until"] = db_time(until)
     rows = conn.execute(text("SELECT * FROM events WHERE " + " AND ".join(where)
                              + " ORDER BY id"), params).mappings().all()
-    found = [Event(at=py_time(r["at"]), subject_kind=r["subject_kind"], subject=r["subject"],
-                   kind=r["kind"], actor=r["actor"], reason=r["reason"],
-                   data=from_json(r["data"])) for r in rows]
+    found = [_event(r) for r in rows]
     if team is not None:
         found = [e for e in found if team in teams_of(e)]
     return found[-limit:] if limit else found
