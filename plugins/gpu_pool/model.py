@@ -398,13 +398,17 @@ class OffPeak:
 @dataclass(frozen=True)
 class Headroom:
     """Whole GPUs kept free for critical work: on nodes of ``gpu_model`` (None: any) in
-    node group ``node_group`` (a node's ``group`` label, or its tier; None: any node)."""
+    node group ``node_group`` (a node's ``group`` label, or its tier; None: any node).
+    ``node`` (one node by name) is set only by a critical-only freeze, never by a policy."""
 
     gpus: int
     gpu_model: str | None = None
     node_group: str | None = None
+    node: str | None = None
 
     def covers(self, node: Node) -> bool:
+        if self.node is not None and node.name != self.node:
+            return False
         if self.gpu_model is not None and node.gpu_model != self.gpu_model:
             return False
         if self.node_group is None:

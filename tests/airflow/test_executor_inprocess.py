@@ -318,3 +318,25 @@ def test_a_critical_only_freeze_starts_only_critical_work_until_it_ends(store: S
     clock["now"] = now + timedelta(hours=1, minutes=1)  # the window is over
     cycle.mark_dirty()
     assert cycle.run({"train"}).placed == ("train",)
+
+
+def test_a_critical_only_freeze_keeps_the_teams_nodes_for_critical_work(store: Store) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    store.upsert_team(Team("cv"), actor="t")
+    store.import_nodes([parse_node({"name": "node-nlp", "gpu_model": "A100", "gpus": 2,
+                                    "cpu": 8, "memory": "64GiB", "ssh_conn_id": "gpu_node_n",
+                                    "labels": {"team": "nlp"}})], actor="t")
+    store.set_node_state("node-a", "draining", actor="t")  # only node-nlp is up
+    now = datetime.now(UTC)
+    store.set_freeze("nlp", now + timedelta(hours=1), "launch", "alice", critical_only=True)
+    cycle = PlacementCycle(store=store, policy=Policy(), planner=plan, actor="t",
+                           clock=lambda: now + timedelta(minutes=1), idle_replan_s=0)
+    cycle.admit(parse_request({"name": "cv-job", "team": "cv", "gpus": 1}), {})
+    cycle.admit(parse_request({"name": "cv-urgent", "team": "cv", "gpus": 1,
+                               "priority": "critical"}), {})
+    report = cycle.run({"cv-job", "cv-urgent"})
+    assert report.placed == ("cv-urgent",)  # another team's critical work may use it
+    assert [a.node for a in store.allocations_of("cv-urgent")] == ["node-nlp"]
+    assert [p.request_name for p in report.pending] == ["cv-job"]
+    assert store.active_allocations()[0].request_name == "cv-urgent"

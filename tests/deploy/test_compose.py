@@ -63,8 +63,9 @@ def test_the_stack_has_the_shape_of_a_deployment(env_file: Path) -> None:
     assert {"postgres", "minio", "minio-init", "airflow-init", "airflow-apiserver",
             "airflow-scheduler", "airflow-scheduler-2", "airflow-dag-processor",
             "airflow-triggerer", "gpu-node-1", "gpu-node-2", "gpu-node-3", "redis",
-            "airflow-worker", "statsd-exporter", "prometheus", "grafana"} == set(services)
-    one_shot = {"minio-init", "airflow-init"}
+            "airflow-worker", "statsd-exporter", "prometheus", "grafana",
+            "airflow-demo-runs"} == set(services)
+    one_shot = {"minio-init", "airflow-init", "airflow-demo-runs"}
     for name, svc in services.items():
         image = svc["image"]
         assert re.search(r":[\w.\-]+$", image) and not image.endswith(":latest"), name
@@ -79,6 +80,9 @@ def test_the_stack_has_the_shape_of_a_deployment(env_file: Path) -> None:
     for name in ("airflow-apiserver", "airflow-scheduler", "airflow-triggerer"):
         assert services[name]["depends_on"]["airflow-init"]["condition"] == \
             "service_completed_successfully"
+    runs = services["airflow-demo-runs"]
+    assert runs["depends_on"]["airflow-scheduler"]["condition"] == "service_healthy"
+    assert "airflow dags trigger" in " ".join(runs["command"])
     assert services["redis"].get("profiles") == ["celery"]
     assert services["airflow-worker"]["command"] in ("celery worker", ["celery", "worker"])
     env = services["airflow-scheduler"]["environment"]

@@ -37,7 +37,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpu_pool.engine.types import PendingReason, Plan, ReasonCode
-from gpu_pool.model import Allocation, AllocationState, Outcome, Policy, PriorityClass, Request
+from gpu_pool.model import (
+    Allocation,
+    AllocationState,
+    Headroom,
+    Outcome,
+    Policy,
+    PriorityClass,
+    Request,
+)
 from gpu_pool.telemetry import fleet_gauges
 
 _log = logging.getLogger(__name__)
@@ -178,15 +186,15 @@ class PlacementCycle:
 
     def _without_frozen(self, snapshot: Any, now: datetime
                         ) -> tuple[Any, tuple[PendingReason, ...]]:
-        """Hold back the non-critical requests of teams in a critical-only freeze."""
+        """A critical-only freeze: the team's non-critical requests are held back, and the
+        nodes labelled ``team=<team>`` keep every GPU for critical work (a headroom over
+        each; a share may still join a GPU already partly used there)."""
         freezes_of = getattr(self.store, "critical_only_freezes", None)
         freezes = freezes_of(now) if callable(freezes_of) else {}
         if not freezes:
             return snapshot, ()
         held = [r for r in snapshot.requests
                 if r.team in freezes and r.priority is not PriorityClass.CRITICAL]
-        if not held:
-            return snapshot, ()
         reasons = tuple(PendingReason(
             r.name, ReasonCode.FROZEN,
             f"team {r.team} is frozen until {freezes[r.team].ends_at:%Y-%m-%d %H:%M UTC} "
@@ -194,7 +202,12 @@ class PlacementCycle:
             "work starts") for r in held)
         names = {r.name for r in held}
         kept = tuple(r for r in snapshot.requests if r.name not in names)
-        return dataclasses.replace(snapshot, requests=kept), reasons
+        guarded = tuple(Headroom(n.gpu_count, node=n.name) for n in snapshot.nodes
+                        if n.labels.get("team") in freezes and n.gpu_count)
+        policy = snapshot.policy
+        if guarded:
+            policy = dataclasses.replace(policy, headroom=(*policy.headroom, *guarded))
+        return dataclasses.replace(snapshot, requests=kept, policy=policy), reasons
 
     def _with_preemption_notes(self, plan: Plan) -> Plan:
         """A preempted request's pending reason keeps saying who preempted it until it is
