@@ -72,7 +72,8 @@ def test_replace_with_another_state_goes_through_the_state_owner(store: Store) -
     store.import_nodes([make_node("n1")], "test")
     store.import_nodes([make_node("n1", state=NodeState.DOWN)], "test", replace=True)
     assert store.get_node("n1").state is NodeState.DOWN
-    assert store.events(subject="n1")[-1].data == {"from": "up", "to": "down"}
+    assert store.events(subject="n1")[-1].data == {
+        "from": "up", "to": "down", "before": {"state": "up"}, "after": {"state": "down"}}
 
 
 def test_set_node_state_writes_an_event_and_refuses_unknown(store: Store) -> None:
@@ -82,7 +83,9 @@ def test_set_node_state_writes_an_event_and_refuses_unknown(store: Store) -> Non
     assert store.get_node("n1").state is NodeState.DRAINING
     event = store.events(subject="n1")[-1]
     assert (event.kind, event.actor, event.reason, event.data) == (
-        "node.state", "ops", "disk swap", {"from": "up", "to": "draining"})
+        "node.state", "ops", "disk swap", {"from": "up", "to": "draining",
+                                           "before": {"state": "up"},
+                                           "after": {"state": "draining"}})
     with pytest.raises(NotFoundError, match="no node named 'ghost'; known nodes: n1, n2"):
         store.set_node_state("ghost", NodeState.DOWN, "ops", "x")
 

@@ -154,3 +154,22 @@ def test_audit_filters_by_kind_actor_and_time(store: Store, clock: Clock, now: d
     assert len(store.audit(limit=1)) == 1
     with pytest.raises(SpecError, match="kind: got 'request'"):
         store.audit(kind="request")
+
+
+def test_node_and_policy_changes_carry_before_and_after(store: Store) -> None:
+    seed(store, teams=("nlp",), nodes=[make_node("n1", 4)])
+    store.import_nodes([make_node("n1", 2, labels={"team": "nlp"})], "alice", replace=True)
+    store.set_node_state("n1", "draining", "bob", reason="maintenance")
+    store.set_policy("preemption_grace: 5m\n", "carol")
+    trail = {e.kind: e for e in store.audit()}
+    added, updated = trail["node.added"], trail["node.updated"]
+    assert added.data["before"] is None and added.data["after"]["gpus"] == 4
+    assert (updated.data["before"]["gpus"], updated.data["after"]["gpus"]) == (4, 2)
+    assert updated.data["after"]["labels"] == {"team": "nlp"}
+    assert store.audit(team="nlp", kind="node")[-1].kind == "node.updated"  # its label
+    state = trail["node.state"]
+    assert (state.data["before"], state.data["after"], state.actor) == (
+        {"state": "up"}, {"state": "draining"}, "bob")
+    policy = trail["policy.set"]
+    assert policy.actor == "carol" and policy.data["after"] == {"preemption_grace": "5m"}
+    assert policy.data["before"] == {"preemption_grace": "2m"}

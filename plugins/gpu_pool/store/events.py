@@ -121,4 +121,7 @@ def teams_of(event: Event) -> set[str]:
     for source in (data, data.get("before") or {}, data.get("after") or {}):
         if isinstance(source, Mapping):
             teams.update(str(source[k]) for k in ("team", "for_team") if source.get(k))
+            labels = source.get("labels")
+            if isinstance(labels, Mapping) and labels.get("team"):  # a node of the team
+                teams.add(str(labels["team"]))
     return teams

@@ -123,7 +123,8 @@ def _insert_node(conn: Connection, node: Node, actor: str, now: datetime) -> Non
     for gpu in node.gpus:
         _insert_gpu(conn, node.name, gpu)
     events.record(conn, now, "node", node.name, "node.added", actor,
-                  data={"gpus": node.gpu_count, "model": node.gpu_model, "state": node.state})
+                  data={"gpus": node.gpu_count, "model": node.gpu_model, "state": node.state,
+                        "before": None, "after": node_summary(node)})
 
 
 def _insert_gpu(conn: Connection, node: str, gpu: Gpu) -> None:
@@ -133,8 +134,17 @@ def _insert_gpu(conn: Connection, node: str, gpu: Gpu) -> None:
                   "healthy": bool(gpu.healthy), "util": gpu.utilization_pct})
 
 
+def node_summary(node: Node) -> dict[str, Any]:
+    """What an audit shows of a node: its shape and where it belongs."""
+    return {"gpus": node.gpu_count, "model": node.gpu_model, "zone": node.zone,
+            "tier": str(node.tier.value if hasattr(node.tier, "value") else node.tier),
+            "cpu_milli": node.cpu_milli, "memory_mib": node.memory_mib,
+            "ssh_conn_id": node.ssh_conn_id, "labels": dict(node.labels)}
+
+
 def _replace_node(conn: Connection, node: Node, old_state: str, actor: str,
                   now: datetime) -> None:
+    previous = get_node(conn, node.name)
     conn.execute(text(
         "UPDATE nodes SET zone = :zone, tier = :tier, ssh_conn_id = :ssh_conn_id, cpu_milli = "
         ":cpu_milli, memory_mib = :memory_mib, bandwidth_mb_s = :bandwidth_mb_s, labels = "
@@ -159,7 +169,9 @@ def _replace_node(conn: Connection, node: Node, old_state: str, actor: str,
         else:
             _insert_gpu(conn, node.name, gpu)
     events.record(conn, now, "node", node.name, "node.updated", actor,
-                  data={"gpus": node.gpu_count, "model": node.gpu_model})
+                  data={"gpus": node.gpu_count, "model": node.gpu_model,
+                        "before": None if previous is None else node_summary(previous),
+                        "after": node_summary(node)})
     if NodeState(old_state) is not node.state:
         change_node_state(conn, node.name, node.state, actor, "state given by node import", now)
 
@@ -185,7 +197,8 @@ def change_node_state(conn: Connection, name: str, state: NodeState, actor: str,
     if changed.rowcount != 1:  # unreachable inside one transaction; guard against misuse
         raise NotFoundError("node", name)
     events.record(conn, now, "node", name, "node.state", actor, reason,
-                  {"from": old, "to": str(state)})
+                  {"from": old, "to": str(state), "before": {"state": old},
+                   "after": {"state": str(state)}})
     return True
 
 

@@ -127,12 +127,14 @@ def save(conn: Connection, document: str, actor: str, now: datetime, comment: st
          "r": restored_from})
     diff = unified_diff(previous.document if previous is not None else "", document,
                         f"v{number - 1}", f"v{number}")
-    changed = [k for k, (a, b) in _pairs(policy_values(_safe_policy(previous)),
-                                         policy_values(new_policy)) if a != b]
+    pairs = [(k, (a, b)) for k, (a, b) in _pairs(policy_values(_safe_policy(previous)),
+                                                 policy_values(new_policy)) if a != b]
+    changed = [k for k, _ in pairs]
     reason = comment or (f"restored v{restored_from}" if restored_from else None)
     events.record(conn, now, SUBJECT, SUBJECT, "policy.set", actor, reason,
                   {"version": number, "restored_from": restored_from, "changed": changed,
-                   "diff": diff})
+                   "diff": diff, "before": {k: a for k, (a, _) in pairs},
+                   "after": {k: b for k, (_, b) in pairs}})
     return number
 
 
