@@ -62,6 +62,14 @@ def team_names(conn: Connection) -> list[str]:
     return list(conn.execute(text("SELECT name FROM teams ORDER BY name")).scalars())
 
 
+def require_team(conn: Connection, team: str) -> None:
+    """Refuse a team the store does not know (SpecError naming the known ones)."""
+    teams = team_names(conn)
+    if team not in teams:
+        raise SpecError("team", team, "a known team: " + (", ".join(teams) or "none yet "
+                        "(create one with `gpu-pool team add`)"))
+
+
 def list_nodes(conn: Connection) -> list[Node]:
     gpus: dict[str, list[Gpu]] = {}
     for r in conn.execute(text("SELECT * FROM gpus ORDER BY node, idx")).mappings():

@@ -39,7 +39,7 @@ from sqlalchemy import Connection, text
 from gpu_pool.errors import ConflictError, NotFoundError, SpecError
 from gpu_pool.store import events
 from gpu_pool.store.codec import db_time, from_json, new_id, py_time, to_json
-from gpu_pool.store.fleet import team_names
+from gpu_pool.store.fleet import require_team
 
 ROLES = ("member", "lead")
 _USER = re.compile(r"^[A-Za-z0-9._@+\-]{1,200}$")
@@ -73,13 +73,6 @@ def parse_username(value: Any, field: str = "user") -> str:
     return value
 
 
-def _known_team(conn: Connection, team: str) -> None:
-    teams = team_names(conn)
-    if team not in teams:
-        raise SpecError("team", team, "a known team: " + (", ".join(teams) or "none yet "
-                        "(create one with `gpu-pool team add`)"))
-
-
 # -- members ---------------------------------------------------------------------------
 
 
@@ -100,7 +93,7 @@ def _member(row: Mapping[str, Any]) -> Member:
 def add_member(conn: Connection, team: str, username: str, role: str, actor: str,
                now: datetime) -> Member:
     """Add (or change the role of) a member; one step onboards a person."""
-    _known_team(conn, team)
+    require_team(conn, team)
     username = parse_username(username)
     if role not in ROLES:
         raise SpecError("role", role, "member or lead")
@@ -212,7 +205,7 @@ def _freeze_summary(f: Freeze) -> dict[str, Any]:
 
 def set_freeze(conn: Connection, team: str, starts_at: datetime, ends_at: datetime,
                reason: str, critical_only: bool, actor: str, now: datetime) -> Freeze:
-    _known_team(conn, team)
+    require_team(conn, team)
     if ends_at <= now:
         raise SpecError("until", ends_at.isoformat(), "a time in the future")
     if ends_at <= starts_at:
@@ -351,7 +344,7 @@ def save_template(conn: Connection, name: str, team: str | None, fields: Mapping
     owner = team or (current.team if current else None)
     if owner is None:
         raise SpecError("team", None, "the team that owns the new template")
-    _known_team(conn, owner)
+    require_team(conn, owner)
     check_not_frozen(conn, [owner], now, f"changing template {name}")
     checked = check_template_fields(fields, owner)
     if current is not None and dict(current.fields) == checked and restored_from is None:
@@ -419,7 +412,7 @@ def restore_template(conn: Connection, name: str, version: int, actor: str, now:
 def approve_template(conn: Connection, name: str, team: str, actor: str, now: datetime) -> bool:
     """Record ``team``'s approval to use template ``name``; False when it already had one."""
     template = get_template(conn, name)
-    _known_team(conn, team)
+    require_team(conn, team)
     if team == template.team:
         raise SpecError("team", team, f"another team than {template.team}, which owns "
                         f"{name} and needs no approval")

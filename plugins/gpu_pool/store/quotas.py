@@ -22,20 +22,16 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from gpu_pool.errors import SpecError
 from gpu_pool.model import Quota
 from gpu_pool.store import events, governance
 from gpu_pool.store.allocations import active_allocations
 from gpu_pool.store.checks import check_quota
 from gpu_pool.store.codec import new_id, quota_from_row, quota_params
-from gpu_pool.store.fleet import team_names
+from gpu_pool.store.fleet import require_team
 
 
 def set_quota(conn: Connection, quota: Quota, actor: str, now: datetime) -> Quota:
-    teams = team_names(conn)
-    if quota.team not in teams:
-        raise SpecError("team", quota.team, "a known team: " + (", ".join(teams) or "none yet "
-                        "(create one with `gpu-pool team add`)"))
+    require_team(conn, quota.team)
     check_quota(quota)
     governance.check_not_frozen(conn, [quota.team], now, f"changing its quotas ({quota.purpose})")
     existing = _existing_row(conn, quota)

@@ -33,7 +33,7 @@ from gpu_pool.store import events
 from gpu_pool.store.allocations import active_allocations_of_request, end_allocation
 from gpu_pool.store.checks import check_request
 from gpu_pool.store.codec import db_time, new_id, request_from_row, request_params
-from gpu_pool.store.fleet import fleet_shapes, team_names
+from gpu_pool.store.fleet import fleet_shapes, require_team
 from gpu_pool.store.ledger import price_of
 
 EXTERNAL_FIELDS = ("dag_id", "task_id", "run_id", "map_index", "try_number", "executor_key",
@@ -84,10 +84,7 @@ def check_fits(request: Request, nodes: Sequence[Node], policy: Policy | None) -
 def submit_request(conn: Connection, request: Request, actor: str, now: datetime,
                    external: Mapping[str, Any], policy: Policy | None) -> Request:
     check_request(request)
-    teams = team_names(conn)
-    if request.team not in teams:
-        raise SpecError("team", request.team, "a known team: " + (", ".join(teams) or "none yet "
-                        "(create one with `gpu-pool team add`)"))
+    require_team(conn, request.team)
     clash = conn.execute(text("SELECT state FROM requests WHERE name = :n"),
                          {"n": request.name}).scalar()
     if clash is not None:
