@@ -287,8 +287,9 @@ def check_not_frozen(conn: Connection, teams: Sequence[str], now: datetime, what
             raise FrozenError(freeze, what)
 
 
-def critical_only_teams(conn: Connection, now: datetime) -> set[str]:
-    return {f.team for f in list_freezes(conn) if f.critical_only and f.active(now)}
+def critical_only_freezes(conn: Connection, now: datetime) -> dict[str, Freeze]:
+    """Team -> its active critical-only freeze: only its critical work starts."""
+    return {f.team: f for f in list_freezes(conn) if f.critical_only and f.active(now)}
 
 
 # -- templates -------------------------------------------------------------------------

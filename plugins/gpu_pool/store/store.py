@@ -450,8 +450,7 @@ class Store:
     def critical_only_freezes(self, now: datetime) -> dict[str, governance.Freeze]:
         """Team -> its active critical-only freeze: only its critical work starts."""
         with self._read() as conn:
-            return {f.team: f for f in governance.list_freezes(conn)
-                    if f.critical_only and f.active(now)}
+            return governance.critical_only_freezes(conn, now)
 
     def get_freeze(self, freeze_id: str) -> governance.Freeze:
         with self._read() as conn:
