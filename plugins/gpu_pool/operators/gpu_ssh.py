@@ -247,18 +247,18 @@ class GpuSSHOperator(BaseOperator):
             kill_grace_s=self.kill_grace_s, poll_interval=self.poll_interval,
             log_offsets=log_offsets, request=self._request)
 
-    def _from_template(self) -> None:
-        """What the task's template adds, passed by the executor: its time limit when the
-        task set none, and its setup command, run in the same shell before the command (a
-        failing setup fails the task)."""
+    def _template_time_limit(self) -> None:
+        """The template's time limit, passed by the executor, when the task set none."""
         if self.time_limit_s is None and os.environ.get("GPU_POOL_TIME_LIMIT_S"):
             self.time_limit_s = float(os.environ["GPU_POOL_TIME_LIMIT_S"])
+
+    def execute(self, context: Any) -> None:
+        self._template_time_limit()
+        # The template's setup runs in the same shell before the command; failing, it fails
+        # the task.
         setup = os.environ.get("GPU_POOL_SETUP")
         if setup:
             self.command = f"{{ {setup}\n}} || exit $?\n{self.command}"
-
-    def execute(self, context: Any) -> None:
-        self._from_template()
         allocation = self._allocation()
         self._request = allocation.request or None
         self.log.info("Allocation %s", allocation.external_id)
@@ -284,8 +284,7 @@ class GpuSSHOperator(BaseOperator):
                 return
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> None:
-        if self.time_limit_s is None and os.environ.get("GPU_POOL_TIME_LIMIT_S"):
-            self.time_limit_s = float(os.environ["GPU_POOL_TIME_LIMIT_S"])
+        self._template_time_limit()
         started_at = float(event.get("started_at") or time.time())
         trigger = self._handle(context, event, started_at)
         if trigger is not None:
