@@ -18,7 +18,7 @@ from typing import Any
 from gpu_pool.cli import add_command, add_group
 from gpu_pool.cli.context import open_store
 from gpu_pool.cli.output import emit, emit_object
-from gpu_pool.errors import SpecError
+from gpu_pool.errors import NotFoundError, SpecError
 from gpu_pool.spec import parse_datetime, parse_yaml, read_input_file
 from gpu_pool.store.governance import parse_username
 
@@ -219,8 +219,12 @@ def _template_row(t: Any) -> dict[str, Any]:
 
 def template_save(args: argparse.Namespace) -> int:
     store = open_store(args)
-    current = None if args.team and not any(
-        t.name == args.name for t in store.templates()) else store.template(args.name)
+    try:
+        current = store.template(args.name)
+    except NotFoundError:
+        if args.team is None:  # changing a template needs one; a new one needs its team
+            raise
+        current = None
     owner = args.team or current.team
     require_lead(store, args, owner, f"change template {args.name}")
     base = {} if args.replace or current is None else dict(current.fields)
