@@ -32,6 +32,7 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from gpu_pool.model import MILLI_PER_GPU, NodeState, PriorityClass
@@ -84,6 +85,19 @@ class Metrics:
             raise ValueError(f"where: got {where!r}; expected 'scheduler' or 'task'")
         self.where = where
         self._stats = stats
+
+    @cached_property
+    def enabled(self) -> bool:
+        """Whether the deployment sends metrics at all (``[metrics] statsd_on`` or
+        ``otel_on``); work done only for metrics is skipped when it does not."""
+        if self._stats is not None:
+            return True
+        if self.where == "task":
+            from airflow.sdk.configuration import conf
+        else:
+            from airflow.configuration import conf
+        return (conf.getboolean("metrics", "statsd_on", fallback=False)
+                or conf.getboolean("metrics", "otel_on", fallback=False))
 
     @property
     def stats(self) -> Any:

@@ -95,10 +95,13 @@ def test_a_cycle_reports_held_free_pending_and_the_oldest_wait(store: Store) -> 
 
 def test_gauges_follow_the_store_when_nothing_is_held(store: Store) -> None:
     """A drained queue, or work another scheduler placed: the idle cycle still reads them."""
+    quiet = PlacementCycle(store=store, policy=Policy(), planner=plan, actor="t",
+                           idle_replan_s=0)  # no metrics: an idle cycle reads nothing for them
     cycle = PlacementCycle(store=store, policy=Policy(), planner=plan, actor="t",
-                           idle_replan_s=0)
+                           idle_replan_s=0, telemetry=Metrics(stats=Recorder()))
     store.submit_request(parse_request({"name": "elsewhere", "team": "nlp", "gpus": 1}),
                          actor="other", now=datetime.now(UTC), policy=Policy())
+    assert quiet.run(set()).gauges == {}
     report = cycle.run(set())
     assert not report.planned
     assert report.gauges == fleet_gauges(store.load_snapshot(Policy(), datetime.now(UTC))) | {
@@ -116,6 +119,16 @@ def test_a_failing_stats_backend_never_reaches_the_caller() -> None:
     metrics.alerts_sent(3)
     assert metrics.export_lag(datetime(2026, 1, 1, tzinfo=UTC),
                               datetime(2026, 1, 1, 0, 5, tzinfo=UTC)) == 300
+
+
+def test_metrics_are_enabled_by_airflows_metrics_settings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "False")
+    monkeypatch.setenv("AIRFLOW__METRICS__OTEL_ON", "False")
+    assert Metrics("scheduler").enabled is False
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "True")
+    assert Metrics("scheduler").enabled is True
+    assert Metrics(stats=Recorder()).enabled is True
 
 
 def test_names_are_safe_for_statsd() -> None:

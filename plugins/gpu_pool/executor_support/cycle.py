@@ -109,7 +109,8 @@ class PlacementCycle:
     idle_replan_s: float = 5.0
     # The store's policy version ``policy`` is (None until the first plan reads it).
     policy_version: int | None = None
-    # gpu_pool.telemetry.Metrics: a release counts there (None: no metrics).
+    # gpu_pool.telemetry.Metrics: a release counts there, and an idle cycle reads the store
+    # for the gauges only when it is enabled (None: no metrics).
     telemetry: Any = None
     _submitted: set[str] = field(default_factory=set)
     _dirty: bool = True
@@ -140,9 +141,10 @@ class PlacementCycle:
         if held_names and (self._dirty or started - self._last_plan >= self.idle_replan_s):
             self._follow_policy()
             report = self._plan_and_apply()
-        elif started - self._last_gauges >= self.idle_replan_s:
+        elif (self.telemetry is not None and self.telemetry.enabled
+              and started - self._last_gauges >= self.idle_replan_s):
             # Nothing to plan here: the gauges still follow the store (other schedulers'
-            # work, a drained queue) at the idle re-plan pace.
+            # work, a drained queue) at the idle re-plan pace — only when metrics are sent.
             self._last_gauges = started
             report = CycleReport(planned=False, gauges=fleet_gauges(
                 self.store.load_snapshot(self.policy, self.clock())))
