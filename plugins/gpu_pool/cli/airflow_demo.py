@@ -203,7 +203,9 @@ def _fresh_home(home: Path) -> Path:
 
 def _dags_folder(dags: Path | None) -> Path:
     if dags is None:
-        dags = Path(__file__).resolve().parents[1] / "dags"  # shipped in the package
+        from gpu_pool.cli.dags import PACKAGED
+
+        dags = PACKAGED  # the DAGs shipped in the package
     dags = dags.expanduser().resolve()
     if not all((dags / f"{dag_id}.py").is_file() for dag_id in DAG_IDS):
         raise SpecError("dags", str(dags), "a folder holding "
