@@ -175,13 +175,15 @@ def export_day(store: Any, objstore: ObjectStore, day: date, now: datetime,
     keys += write_table(objstore, "events", day, records_frame(events, Event), exported_at)
     changes = store.audit(since=lo, until=hi)
     keys += write_table(objstore, "audit", day, audit_frame(changes), exported_at)
-    teams = {e.team for e in entries} | {t for c in changes for t in teams_of(c)}
+    change_teams = [teams_of(c) for c in changes]  # once per change, not once per team
+    teams = {e.team for e in entries}.union(*change_teams)
     for team in sorted(teams):
         folder = f"by_team/team={team}/year={day.year}"
         keys += write_table(objstore, f"{folder}/ledger", day,
                             ledger_frame(e for e in entries if e.team == team), exported_at)
         keys += write_table(objstore, f"{folder}/audit", day,
-                            audit_frame(c for c in changes if team in teams_of(c)), exported_at)
+                            audit_frame(c for c, ts in zip(changes, change_teams, strict=True)
+                                        if team in ts), exported_at)
     if lo <= now < hi:
         keys += write_table(objstore, "fleet", day, fleet_frame(store.list_nodes()),
                             exported_at)
