@@ -39,12 +39,14 @@ def make_request(name: str, gpus: int = 1, *, milli: int = 1000, nodes: int = 1,
                  models: tuple[str, ...] = (), min_memory: int = 0, cpu: int = 0,
                  memory: int = 0, data_zone: str | None = None, size_gib: float = 0.0,
                  ready: bool = True, preemptible: bool = False,
-                 waited: timedelta = timedelta(0)) -> Request:
+                 waited: timedelta = timedelta(0),
+                 time_limit: timedelta | None = None) -> Request:
     ds = Dataset(f"s3://data/{name}", data_zone, size_gib) if data_zone or size_gib else None
     return Request(name, team, purpose, priority, gpus=gpus, gpu_milli=milli, nodes=nodes,
                    gpu_models=frozenset(models), min_gpu_memory_mib=min_memory,
                    cpu_milli=cpu, memory_mib=memory, dataset=ds, data_ready=ready,
-                   preemptible=preemptible, submitted_at=NOW - waited)
+                   preemptible=preemptible, submitted_at=NOW - waited,
+                   time_limit=time_limit)
 
 
 def make_quota(team: str = "ml", gpus: float = 8, *, purpose: Purpose = Purpose.TRAINING,
@@ -60,9 +62,13 @@ def make_allocation(request: str, node: Node, indices: tuple[int, ...], *, milli
                     priority: PriorityClass = PriorityClass.NORMAL, cpu: int = 0,
                     memory: int = 0, preemptible: bool = False,
                     borrowed_from: str | None = None, ran: timedelta = timedelta(hours=1),
-                    preemptions: int = 0, grace: timedelta | None = None) -> Allocation:
+                    preemptions: int = 0, grace: timedelta | None = None,
+                    ends_in: timedelta | None = None) -> Allocation:
+    """``ends_in``: its time limit ends this long after NOW (None: no time limit)."""
     return Allocation(request, node.name, indices, milli, cpu, memory, team, purpose, priority,
-                      node.gpu_model, NOW - ran, preemptible=preemptible,
+                      node.gpu_model, NOW - ran,
+                      ends_by=None if ends_in is None else NOW + ends_in,
+                      preemptible=preemptible,
                       id=f"alloc-{request}-{node.name}", borrowed_from=borrowed_from,
                       preemptions=preemptions, grace=grace)
 

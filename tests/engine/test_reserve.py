@@ -108,10 +108,12 @@ def test_starving_request_holds_the_node_and_others_are_told():
     assert mine.code is ReasonCode.WAITING_FOR_CAPACITY
     assert mine.message.startswith("needs 8 any-model GPUs on one node; largest free block is 7")
     assert "a reserved for it since 2026-12-01 10:00 UTC (pending over 1 h)" in mine.message
+    assert mine.message.endswith("no start can be promised: work there has no time limit; "
+                                 "nothing else starts there until it does")
     other = p.reason_of("small")
     assert other.code is ReasonCode.NODE_RESERVED
     assert other.message == ("fits only on a, reserved for big (pending over 1 h: starving "
-                             "requests go first)")
+                             "requests go first); nothing else starts there until it does")
 
 
 def test_reservation_closes_the_node_to_critical_work_too():

@@ -23,6 +23,8 @@ Steps of :func:`plan_on_state`:
    gave to other work is decided again against what the plan left (this cycle's
    placements holding their GPUs until their time limits), and greedy places the moves
    that now pay (what the next cycle would do, one cycle sooner);
+   then backfill: requests still waiting whose time limit ends by a reservation's
+   expected start may take its nodes (:func:`gpu_pool.engine.reserve.backfill`);
 6. preemption and borrowing on the plan's final cycle: (a) critical requests still
    pending may preempt eligible preemptible allocations; (b) requests within their team's
    guarantee take back GPUs lent out (:mod:`gpu_pool.engine.preempt`); (c) preemptible
@@ -40,8 +42,8 @@ inputs give the same plan (the solver runs with a fixed seed under a determinist
 limit, see :func:`gpu_pool.engine.cpsat.configured_solver`; only its wall-clock guard,
 at twice the limit on an overloaded machine, can break this; GLOP is deterministic).
 ``stats.objective`` is the value of the placements on free capacity (step 4 or 5, with
-the starving requests step 3 placed first and the moves of step 5's second look, both
-added to the greedy value and the bound too); placements won by preemption or
+the starving requests step 3 placed first, the moves of step 5's second look and the
+backfilled work, all added to the greedy value and the bound too); placements won by preemption or
 borrowing (step 6) come on top and are not counted in it.
 """
 
@@ -211,7 +213,8 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     decision = zones.decide(ordered, views, state, allocations_usage, policy, now)
     views, zone_calls, zone_waits = decision.views, decision.calls, decision.waits
     by_request = {r.name: r for r in ordered}
-    held = reserve.reserve(start, ordered, weights, views, groups, policy, now)
+    held = reserve.reserve(start, ordered, weights, views, groups, policy, now,
+                           allocations_usage)
     if held.placements:
         first = held.placed
         ordered = [r for r in ordered if r.name not in first]
@@ -261,8 +264,16 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
             final, more, second = best_greedy(final, movers, weights, views, groups,
                                                   usage)
             placements = [*placements, *more]
-    # 6. (a) critical preemption, (b) reclaiming guarantees, (c) borrowing beyond them
+    # 5c. backfill: work that ends before a reservation's expected start may use its nodes
     placed = {p.request_name for p in placements}
+    backfilled = 0
+    if held.windows:
+        waiting = [r for r in ordered if r.name not in placed]
+        final, more, backfilled = reserve.backfill(final, held, waiting, weights, views, groups)
+        if more:
+            placements = [*placements, *more]
+            placed |= {p.request_name for p in more}
+    # 6. (a) critical preemption, (b) reclaiming guarantees, (c) borrowing beyond them
     preempter = preempt.Preempter(final, allocations_usage, policy, now, book)
     preemptions = []
     for step, by in ((preempter.critical, groups), (preempter.reclaim, own_groups)):
@@ -322,7 +333,7 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     ordered_placements: tuple[Placement, ...] = tuple(
         by_name[r.name] for r in requests if r.name in by_name)
     # Starving requests placed first and the second look's moves count on both sides.
-    pre = held.value + second
+    pre = held.value + second + backfilled
     stats = SolveStats(stats.status, time.perf_counter() - t0, stats.objective + pre,
                        stats.greedy_objective + pre,
                        None if stats.upper_bound is None else stats.upper_bound + pre,

@@ -24,10 +24,13 @@ The first test that holds gives the reason:
    order that alone keeps it out ("held back: headroom for critical work — 4 A100 GPUs on
    group core are kept free").
 7. ``node_reserved``: it would fit, but only on nodes reserved for a starving request
-   (:mod:`gpu_pool.engine.reserve`); the sentence names the nodes and the request.
+   (:mod:`gpu_pool.engine.reserve`); the sentence names the nodes and the request, and
+   until when work may still start there (work whose time limit ends by the
+   reservation's expected start: backfill).
 8. ``waiting_for_capacity``: it does not fit the free capacity; the sentence says what
    is missing ("needs 4 A100 GPUs on one node; largest free block is 3"). A starving
-   request holding a reservation says so after it ("; g3-7 reserved for it since ...").
+   request holding a reservation says so after it ("; g3-7 reserved for it since ...,
+   expected to start by ...").
    :func:`queued_behind` turns it into ``outranked`` when requests of the same shape and
    quota, ranked ahead of it, wait for the same GPUs, and says how many.
 
@@ -53,7 +56,7 @@ from gpu_pool.engine.greedy import Cycle, candidate_rows, fit
 from gpu_pool.engine.objective import RequestView
 from gpu_pool.engine.offpeak import whole_duration
 from gpu_pool.engine.quota import EXPIRED, NO_QUOTA, UNLIMITED, QuotaBook
-from gpu_pool.engine.types import PendingReason, ReasonCode
+from gpu_pool.engine.types import PendingReason, ReasonCode, Reservation
 from gpu_pool.engine.zones import ZoneCall
 from gpu_pool.model import MILLI_PER_GPU, Policy, Request
 
@@ -223,8 +226,7 @@ def pending_reason(request: Request, weight: int, view: RequestView, groups: np.
                 name, ReasonCode.WAITING_FOR_CAPACITY,
                 f"{_missing(request, view, opened)}; {', '.join(mine.nodes)} reserved for it "
                 f"since {mine.since:%Y-%m-%d %H:%M} UTC (pending over "
-                f"{whole_duration(inputs.policy.reserve_after)}): nothing else starts there until "
-                "it does")
+                f"{whole_duration(inputs.policy.reserve_after)}); {_expected(mine)}")
         choice = fit(opened, request, weight, view, groups)
         if choice is not None:
             nodes = opened.state.layout.names
@@ -236,8 +238,26 @@ def pending_reason(request: Request, weight: int, view: RequestView, groups: np.
                         f"fits only on {', '.join(sorted(taken & set(x.nodes)))}, reserved "
                         f"for {x.request_name} (pending over "
                         f"{whole_duration(inputs.policy.reserve_after)}: starving requests go "
-                        "first)")
+                        f"first); {_backfill_window(x)}")
     return PendingReason(name, ReasonCode.WAITING_FOR_CAPACITY, _missing(request, view, end))
+
+
+def _expected(x: Reservation) -> str:
+    """The holder's side of a reservation, in words."""
+    if x.expected_start is None:
+        return ("no start can be promised: work there has no time limit; nothing else "
+                "starts there until it does")
+    return (f"expected to start by {x.expected_start:%Y-%m-%d %H:%M} UTC, when the work "
+            "there reaches its time limits; until then only work ending by that time starts "
+            "there")
+
+
+def _backfill_window(x: Reservation) -> str:
+    """What may still start on a reservation's nodes, in words."""
+    if x.expected_start is None:
+        return "nothing else starts there until it does"
+    return (f"work whose time limit ends by {x.expected_start:%Y-%m-%d %H:%M} UTC may "
+            "start there")
 
 
 def queued_behind(reason: PendingReason, ahead: int) -> PendingReason:

@@ -25,13 +25,22 @@ request of a long backlog would turn the cycle into a fixed-order greedy pass): 
 fits now (:func:`~gpu_pool.engine.greedy.fit`, headroom and quota included) is
 committed first: it is placed this cycle ahead of everything else. Each that does not
 fit reserves the K rows it would fit soonest on (K: its nodes; rows compatible, data move
-allowed, up, able to hold it when empty, with quota left for it; smallest shortfall,
-then smaller summed shortfall, then the fixed node order of
-:func:`~gpu_pool.engine.greedy.node_order`). Reserved rows are closed for the cycle: marked
-not up in the start cycle's private copy, so greedy, CP-SAT and preemption place nothing
-there, critical work included (critical work keeps its headroom and may preempt elsewhere;
-a starving critical request reserves like any other). A row reserved for one request is
-never offered to the next.
+allowed, up, able to hold it when empty, with quota left for it): earliest *ready time*
+first — when the holds there end by their declared time limits (``ends_by``, released in
+end order, :class:`gpu_pool.engine.zones.Holds`) and one part fits (infinite when the
+known ends never make room) — then smallest shortfall, then smaller summed shortfall,
+then the fixed node order of :func:`~gpu_pool.engine.greedy.node_order`. The
+reservation's *expected start* is the latest ready time of its rows (None when infinite).
+Reserved rows are closed for the cycle: marked not up in the start cycle's private copy,
+so greedy, CP-SAT and preemption place nothing there, critical work included (critical
+work keeps its headroom and may preempt elsewhere; a starving critical request reserves
+like any other). A row reserved for one request is never offered to the next.
+
+Backfill (:func:`backfill`, after the planners, as Slurm's backfill scheduler): a request
+still waiting whose own time limit ends by a reservation's expected start may start on
+that reservation's rows. It is gone, by the limit the executor enforces, before the
+reserved request's expected start, so it never delays it; work without a time limit, or
+with a longer one, never starts on a reserved row.
 
 Why it ends: nothing new lands on a reserved row, so its shortfall never grows; the
 smallest shortfall over the fleet never grows from one cycle to the next and falls as work
@@ -39,21 +48,25 @@ on the reserved rows ends, so the reservation moves only to a row closer to fitt
 
 Invariants: works on the cycle it is given (the planner's private copy) and nothing else;
 with no starving request it changes nothing, so plans are exactly those without the rule.
+A backfilled placement's request has a time limit no longer than the time from ``now`` to
+the expected start of every reservation whose rows it takes.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 
 import numpy as np
 
-from gpu_pool.engine.greedy import Cycle, fit, node_order
-from gpu_pool.engine.objective import RequestView
+from gpu_pool.engine.greedy import Cycle, fit, node_order, run_greedy
+from gpu_pool.engine.objective import RequestView, view_levels
 from gpu_pool.engine.quota import UNLIMITED
 from gpu_pool.engine.types import Placement, Reservation
-from gpu_pool.model import Policy, Request
+from gpu_pool.engine.zones import Holds, ready_times
+from gpu_pool.model import Allocation, Policy, Request
 
 
 @dataclass
@@ -64,6 +77,8 @@ class Held:
     value: int = 0  # their value (objective units)
     reservations: list[Reservation] = field(default_factory=list)
     rows: list[int] = field(default_factory=list)  # every reserved row
+    # Per reservation: its rows and its expected start in seconds from now (inf: unknown).
+    windows: list[tuple[list[int], float]] = field(default_factory=list)
 
     @property
     def placed(self) -> set[str]:
@@ -146,13 +161,17 @@ def reopened(cycle: Cycle, rows: Sequence[int]) -> Cycle:
 
 def reserve(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
             views: dict[str, RequestView], groups: dict[str, np.ndarray], policy: Policy,
-            now: datetime) -> Held:
-    """Apply the rule (module docstring) to ``start`` (changed in place)."""
+            now: datetime, allocations: Sequence[Allocation] = ()) -> Held:
+    """Apply the rule (module docstring) to ``start`` (changed in place); ``allocations``:
+    the active ones, whose ``ends_by`` give the reservations' expected starts."""
     held = Held()
     hungry = starving(ordered, policy, now)
     if not hungry:
         return held
     names = start.state.layout.names
+    holds: Holds | None = None
+    first: list[tuple[Placement, Request]] = []
+    everywhere = np.ones(start.state.size, dtype=bool)
     for r in hungry:
         view, g = views[r.name], groups[r.name]
         if len(held.placements) + len(held.reservations) >= policy.max_reservations:
@@ -161,18 +180,74 @@ def reserve(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
         # would be carried and refreshed through each of their passes.
         choice = fit(start, r, weights[r.name], view, g, masks=False)
         if choice is not None:
-            held.placements.append(start.commit(r, choice))
+            placement = start.commit(r, choice)
+            held.placements.append(placement)
             held.value += choice.value
+            first.append((placement, r))
+            if holds is not None:  # it holds its GPUs until its own time limit
+                holds = holds.plus(first[-1:], everywhere)
             continue
         rows = holdable_rows(start, r, view, g)
         if len(rows) < r.nodes:
             continue  # nothing it could ever take is open: reserving would only idle nodes
+        if holds is None:  # with the starving requests placed first, until their limits
+            holds = Holds.of(start.state.layout, allocations, now).plus(first, everywhere)
         worst, total = shortfall(start, r, rows)
-        order = np.lexsort((node_order(start.state)[rows], total, worst))
-        chosen = [int(rows[k]) for k in order[: r.nodes]]
+        ready = (ready_times(r, rows, start.state, holds) if holds is not None
+                 else np.full(len(rows), math.inf))
+        order = np.lexsort((node_order(start.state)[rows], total, worst, ready))
+        picked = order[: r.nodes]
+        chosen = [int(rows[k]) for k in picked]
+        expected = float(ready[picked].max())
         _close(start, chosen)
         held.rows.extend(chosen)
+        held.windows.append((chosen, expected))
         assert r.submitted_at is not None
         held.reservations.append(Reservation(
-            r.name, tuple(names[row] for row in chosen), r.submitted_at + policy.reserve_after))
+            r.name, tuple(names[row] for row in chosen), r.submitted_at + policy.reserve_after,
+            now + timedelta(seconds=expected) if math.isfinite(expected) else None))
     return held
+
+
+def backfill(final: Cycle, held: Held, waiting: Sequence[Request], weights: dict[str, int],
+             views: dict[str, RequestView], groups: dict[str, np.ndarray]
+             ) -> tuple[Cycle, list[Placement], int]:
+    """Backfill (module docstring): greedy over ``waiting`` (in the cycle's order) on
+    ``final`` with the reserved rows open only to requests whose time limit ends by the
+    expected start of the reservation holding them. Returns the cycle after (its reserved
+    rows closed again), the placements and their value; ``final`` is not changed."""
+    windows = [(rows, s) for rows, s in held.windows if math.isfinite(s) and s > 0]
+    if not windows:
+        return final, [], 0
+    holders = {x.request_name for x in held.reservations}
+    closed = np.zeros(final.state.size, dtype=bool)
+    closed[held.rows] = True
+    narrowed: dict[tuple[int, tuple[int, ...]], RequestView] = {}
+    chosen: list[Request] = []
+    bviews: dict[str, RequestView] = {}
+    for r in waiting:
+        if r.time_limit is None or r.name in holders:
+            continue
+        limit = r.time_limit.total_seconds()
+        allowed = tuple(i for i, (_, s) in enumerate(windows) if limit <= s)
+        if not allowed:
+            continue
+        view = views[r.name]
+        key = (id(view), allowed)
+        v = narrowed.get(key)
+        if v is None:
+            ok = ~closed
+            for i in allowed:
+                ok[windows[i][0]] = True
+            zone_ok = view.zone_ok & ok
+            v = narrowed[key] = replace(
+                view, zone_ok=zone_ok, signature=hash((view.signature, zone_ok.tobytes())),
+                levels=view_levels(view.compatible, zone_ok, view.penalty))
+        bviews[r.name] = v
+        chosen.append(r)
+    if not chosen:
+        return final, [], 0
+    work = reopened(final, held.rows)
+    placements, value = run_greedy(work, chosen, weights, bviews, groups)
+    _close(work, held.rows)
+    return work, placements, value

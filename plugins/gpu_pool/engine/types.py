@@ -126,11 +126,15 @@ class SolveStats:
 class Reservation:
     """Nodes closed to new work this cycle so that a starving request can start there
     (:mod:`gpu_pool.engine.reserve`): ``since`` is when it began to starve (submitted +
-    ``Policy.reserve_after``)."""
+    ``Policy.reserve_after``); ``expected_start`` when the work on those nodes ends by
+    the declared time limits (``ends_by``) and the request fits there (None: something
+    there has no time limit, so no start can be promised). Until then, work whose own
+    time limit ends by ``expected_start`` may start there (backfill): it cannot delay it."""
 
     request_name: str
     nodes: tuple[str, ...]
     since: datetime
+    expected_start: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -291,6 +291,36 @@ def slot_times(request: Request, home_rows: np.ndarray, st: FleetState, holds: H
     return times[:count]
 
 
+def ready_times(request: Request, rows: np.ndarray, st: FleetState,
+                holds: Holds) -> np.ndarray:
+    """Per row of ``rows``: seconds from now until one part of ``request`` fits there, its
+    holds released in end order onto its free capacity now (0: it fits now; ``inf``: the
+    known ends never make room). The reservation's ready time
+    (:mod:`gpu_pool.engine.reserve`)."""
+    out = np.where(_parts_now(request, st, rows, 1) > 0, 0.0, math.inf)
+    for k in np.flatnonzero(out > 0).tolist():
+        row = int(rows[k])
+        mine = holds.by_row.get(row)
+        if not mine:
+            continue
+        gpu = st.gpu_free[row].tolist()
+        cpu, mem = int(st.cpu_free[row]), int(st.mem_free[row])
+        i = 0
+        while i < len(mine):
+            at = mine[i][0]
+            while i < len(mine) and mine[i][0] == at:  # holds ending together
+                _, cols, milli, c, m = mine[i]
+                for col in cols:
+                    gpu[col] = min(gpu[col] + milli, MILLI_PER_GPU)
+                cpu += c
+                mem += m
+                i += 1
+            if _parts(request, gpu, cpu, mem, 1):
+                out[k] = at
+                break
+    return out
+
+
 def waits(request: Request, home_rows: np.ndarray, st: FleetState, holds: Holds,
           count: int) -> list[float]:
     """``W`` of the module docstring for the first ``count`` requests like ``request`` in the
