@@ -78,9 +78,49 @@ def test_engine_reservation_ends_the_starvation_of_a_big_task() -> None:
     trace = Trace((TraceNode("n", 8000, 65536, 2, "T4"),), tasks, "nodes", "pods")
 
     def delay_of_b(**guard: float) -> float | None:
-        result = run_replay(trace, "engine", ReplayConfig(heartbeat_s=60, **guard))
+        # No declared limits: backfill (the next test) stays out of it. With over-asked
+        # limits, s3 may backfill until s2's *limit*, and b then starts when s3 ends.
+        result = run_replay(trace, "engine", ReplayConfig(heartbeat_s=60,
+                                                          time_limit_factor=None, **guard))
         (s,) = [s for j, s in zip(result.jobs, result.start, strict=True) if j.task.name == "b"]
         return None if s is None else s - 30
 
     assert delay_of_b(reserve_after_s=0) >= 8700  # after the whole stream
     assert delay_of_b(reserve_after_s=600) == 1200 - 30
+
+
+def test_engine_backfills_short_work_before_the_reserved_start() -> None:
+    # As above, plus t: one GPU for 100 s, arriving at 930 while b holds the node. With
+    # declared limits equal to the runs, b's expected start is 1200 (s2's limit) and t,
+    # done by 1060, starts at once on the GPU s1 freed; s3 (limit 600, to 1500) may not.
+    # Without declared limits nothing may start on the reserved node: t waits for b.
+    tasks = (timed("b", 2, 30, 100), *[timed(f"s{k}", 1, 300 * k, 600) for k in range(30)],
+             timed("t", 1, 930, 100))
+    trace = Trace((TraceNode("n", 8000, 65536, 2, "T4"),), tasks, "nodes", "pods")
+
+    def delays_of(factor: tuple[float, float] | None) -> dict[str, float | None]:
+        result = run_replay(trace, "engine", ReplayConfig(
+            heartbeat_s=60, reserve_after_s=600, time_limit_factor=factor))
+        return {j.task.name: None if s is None else s - j.arrival
+                for j, s in zip(result.jobs, result.start, strict=True)}
+
+    exact = delays_of((1.0, 1.0))
+    assert exact["b"] == 1200 - 30 and exact["t"] == 960 - 930
+    blind = delays_of(None)
+    assert blind["b"] == 1200 - 30 and blind["t"] >= 1300 - 930
+
+
+def test_declared_limits_are_seeded_and_never_below_the_run() -> None:
+    from gpu_pool.sim.replay import jobs_of
+
+    trace = load_trace(DATA / "openb_nodes_excerpt.csv", DATA / "openb_pods_excerpt.csv")
+    first = jobs_of(trace, ReplayConfig(seed=7))
+    assert [j.time_limit for j in first] == [j.time_limit for j in jobs_of(
+        trace, ReplayConfig(seed=7))]
+    assert all(j.duration <= j.time_limit <= 4 * j.duration + 1 for j in first)
+    ratios = sorted(j.time_limit / j.duration for j in first if j.duration > 100)
+    assert 1.6 < ratios[len(ratios) // 2] < 2.4  # log-uniform on [1, 4]: median 2
+    assert all(j.time_limit is None for j in jobs_of(trace, ReplayConfig(
+        time_limit_factor=None)))
+    with pytest.raises(SpecError, match="time_limit_factor"):
+        jobs_of(trace, ReplayConfig(time_limit_factor=(0.5, 2.0)))

@@ -60,6 +60,12 @@ def test_replay_prints_the_report(capsys: pytest.CaptureFixture[str]) -> None:
         (["replay", "--policy", "engine", "--reserve-after", "-5"], "reserve-after: got '-5'; expected a number at least 0"),
         (["replay", "--policy", "engine", "--max-reservations", "-1"],
          "max-reservations: got '-1'; expected an integer from 0 to 10,000"),
+        (["replay", "--policy", "engine", "--time-limit-factor", "0.5,2"],
+         "time-limit-factor: got '0.5,2'; expected two factors with 1 <= LO <= HI"),
+        (["replay", "--policy", "engine", "--time-limit-factor", "2"],
+         "time-limit-factor: got '2'; expected 'none' or two factors LO,HI like 1,4"),
+        (["replay", "--policy", "engine", "--time-limit-factor", "1,x"],
+         "time-limit-factor: got 'x'"),
     ],
 )
 def test_bad_arguments_exit_2(argv: list[str], message: str,

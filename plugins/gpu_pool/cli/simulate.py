@@ -75,6 +75,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     replay.add_argument("--restart-overhead", default="60", metavar="SECONDS",
                         help="with --teams: a preempted task spends this long reloading its "
                              "checkpoint when it restarts (default 60)")
+    replay.add_argument("--time-limit-factor", default="1,4", metavar="LO,HI",
+                        help="each task declares a time limit of its run times a factor "
+                             "drawn log-uniform on [LO, HI] per task (default 1,4: users "
+                             "over-ask); 'none': no task declares one")
     replay.add_argument("--compress", default="1", metavar="K",
                         help="divide arrival times by K, durations kept: K times the offered "
                              "load (default 1: the trace's own timestamps)")
@@ -157,7 +161,8 @@ def replay_handler(args: argparse.Namespace) -> int:
         max_reservations=None if args.max_reservations is None else parse_int(
             args.max_reservations, "max-reservations", minimum=0, maximum=10_000),
         policy=engine_policy, teams=teams, restart_overhead_s=overhead,
-        compress=parse_number(args.compress, "compress", maximum=1000, strict=True))
+        compress=parse_number(args.compress, "compress", maximum=1000, strict=True),
+        time_limit_factor=_factor_range(args.time_limit_factor))
     trace = load_trace(args.nodes, args.pods)
     result = run_replay(trace, args.policy, config)
     summary = replay_summary(result)
@@ -167,6 +172,20 @@ def replay_handler(args: argparse.Namespace) -> int:
         return 0
     _print_replay(summary)
     return 0
+
+
+def _factor_range(text: str) -> tuple[float, float] | None:
+    """``--time-limit-factor``: 'none' or 'LO,HI' with 1 <= LO <= HI <= 100."""
+    if text.strip().lower() == "none":
+        return None
+    parts = text.split(",")
+    if len(parts) != 2:
+        raise SpecError("time-limit-factor", text, "'none' or two factors LO,HI like 1,4")
+    lo, hi = (parse_number(p, "time-limit-factor", maximum=100) for p in parts)
+    if not 1 <= lo <= hi:
+        raise SpecError("time-limit-factor", text, "two factors with 1 <= LO <= HI (a limit "
+                        "below the run would kill it), like 1,4")
+    return lo, hi
 
 
 def _print_replay(s: dict[str, Any]) -> None:

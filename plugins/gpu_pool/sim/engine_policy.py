@@ -49,12 +49,14 @@ def domain_node(node: TraceNode, policy: Policy, card_memory: bool = False) -> N
 
 
 def domain_request(task: TraceTask, name: str, priority: PriorityClass = PriorityClass.NORMAL,
-                   submitted_at: datetime | None = None) -> Request:
+                   submitted_at: datetime | None = None,
+                   time_limit: float | None = None) -> Request:
     return Request(
         name=name, team=SIM_TEAM, priority=priority,
         gpus=task.num_gpu, gpu_milli=task.gpu_milli if task.num_gpu else MILLI,
         gpu_models=task.gpu_spec, cpu_milli=task.cpu_milli, memory_mib=task.memory_mib,
         submitted_at=submitted_at or SIM_EPOCH,
+        time_limit=None if time_limit is None else timedelta(seconds=time_limit),
     )
 
 

@@ -14,6 +14,14 @@ Protocol
   working cluster with real arrival times and durations, the replay can run on a share of
   the nodes: ``ceil(fraction x n)`` nodes of every (model, GPU count) group, chosen with the
   seed, so every model and node size stays present.
+* Declared time limits (the trace has none): each task declares ``ceil(duration x f)``
+  seconds, ``f`` drawn per task, log-uniform on ``ReplayConfig.time_limit_factor`` (default
+  1 to 4: users over-ask, and never under-ask here, since a limit below the run would kill
+  it), with its own seeded stream, so the same seed gives the same limits to every policy.
+  The engine sees them as the requests' ``time_limit`` and as the running tasks'
+  ``ends_by`` (reservations' expected starts, backfill, start estimates); the baselines
+  ignore them. ``time_limit_factor=None``: no task declares one (the engine's rules then
+  know no end of any running work).
 * ``qos`` becomes a priority class: Guaranteed -> critical, LS (latency-sensitive) -> high,
   Burstable -> normal, BE (best effort) -> low; a task without qos is normal.
 
@@ -55,7 +63,7 @@ from gpu_pool.engine import FleetState, plan_on_state
 from gpu_pool.engine.fragmentation import MILLI, FleetFragmentation
 from gpu_pool.engine.types import NodeAssignment, Placement
 from gpu_pool.errors import SpecError
-from gpu_pool.model import Policy, PriorityClass, Purpose
+from gpu_pool.model import Allocation, Policy, PriorityClass, Purpose
 from gpu_pool.sim.baselines import BestFitPlacer, FirstFitPlacer
 from gpu_pool.sim.engine_policy import SIM_EPOCH, SIM_TEAM, domain_node, domain_request
 from gpu_pool.sim.fleet import SimFleet
@@ -98,6 +106,9 @@ class ReplayConfig:
     guarantees: tuple[tuple[str, int], ...] = ()
     # Arrival times divided by this (durations kept): the offered load grows this much.
     compress: float = 1.0
+    # Declared time limit = duration x a factor drawn log-uniform on [lo, hi] per task;
+    # None: no task declares a time limit. Non-teams engine replays only.
+    time_limit_factor: tuple[float, float] | None = (1.0, 4.0)
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,7 @@ class Job:
     team: str = SIM_TEAM
     purpose: Purpose = Purpose.TRAINING
     preemptible: bool = False
+    time_limit: int | None = None  # declared seconds (see the module docstring)
 
     @property
     def gpus(self) -> float:
@@ -150,7 +162,17 @@ def jobs_of(trace: Trace, config: ReplayConfig) -> list[Job]:
             t.creation_time / config.compress)  # type: ignore[operator]
         jobs.append((arrival, t, duration, prio))  # type: ignore[arg-type]
     jobs.sort(key=lambda j: (j[0], j[1].name))
-    return [Job(i, t, a, d, p) for i, (a, t, d, p) in enumerate(jobs)]
+    limits: list[int | None] = [None] * len(jobs)
+    if config.time_limit_factor is not None and not config.teams:
+        lo, hi = config.time_limit_factor
+        if not 1 <= lo <= hi:
+            raise SpecError("time_limit_factor", config.time_limit_factor,
+                            "two factors 1 <= lo <= hi (a limit below the run would kill it)")
+        draw = np.random.default_rng([config.seed, 0x71]).uniform(
+            math.log(lo), math.log(hi), len(jobs))
+        limits = [math.ceil(d * math.exp(f)) for (_, _, d, _), f in zip(jobs, draw, strict=True)]
+    return [Job(i, t, a, d, p, time_limit=lim)
+            for i, ((a, t, d, p), lim) in enumerate(zip(jobs, limits, strict=True))]
 
 
 def window_of(arrivals: Sequence[int | float]) -> tuple[float, float]:
@@ -195,6 +217,8 @@ class _Runner:
         self.nodes = tuple(domain_node(n, self.engine_policy) for n in trace.nodes)
         self.state = FleetState.from_nodes(self.nodes) if policy == "engine" else None
         self.row_of = {n.name: i for i, n in enumerate(self.nodes)}
+        # Engine: the running tasks with a declared time limit, as the engine sees them.
+        self.active: dict[int, Allocation] = {}
         self.slots_free = int(self.fleet.gpus.sum())
         self.bestfit = BestFitPlacer(self.fleet, self.rng)
         self.firstfit = FirstFitPlacer(self.fleet, self.rng)
@@ -203,7 +227,7 @@ class _Runner:
     def slots(task: TraceTask) -> int:
         return math.ceil(task.total_gpu_milli / MILLI) if task.num_gpu else 0
 
-    def start(self, job: Job, node: int, cols: tuple[int, ...]) -> None:
+    def start(self, job: Job, node: int, cols: tuple[int, ...], now: float = 0.0) -> None:
         self.fleet.take(job.task, node, cols)
         self.frag.refresh([node])
         self.slots_free -= self.slots(job.task)
@@ -212,6 +236,12 @@ class _Runner:
             part = NodeAssignment(self.nodes[node].name, cols, t.gpu_milli if t.num_gpu else 0,
                                   t.cpu_milli, t.memory_mib)
             self.state.apply(Placement(f"j{job.index}", (part,)))
+            if job.time_limit is not None:
+                began = SIM_EPOCH + timedelta(seconds=now)
+                self.active[job.index] = Allocation(
+                    f"j{job.index}", part.node, cols, part.gpu_milli, t.cpu_milli,
+                    t.memory_mib, job.team, job.purpose, job.priority, None, began,
+                    ends_by=began + timedelta(seconds=job.time_limit), id=f"a{job.index}")
 
     def finish(self, job: Job, node: int, cols: tuple[int, ...]) -> None:
         self.fleet.release(job.task, node, cols)
@@ -219,6 +249,7 @@ class _Runner:
         self.slots_free += self.slots(job.task)
         if self.state is not None:
             t = job.task
+            self.active.pop(job.index, None)
             self.state.release([NodeAssignment(self.nodes[node].name, cols,
                                                t.gpu_milli if t.num_gpu else 0, t.cpu_milli,
                                                t.memory_mib)])
@@ -245,16 +276,18 @@ class _Runner:
         head = head[: self.config.max_cycle_tasks]
         when = SIM_EPOCH + timedelta(seconds=now)
         requests = [domain_request(j.task, f"j{j.index}", j.priority,
-                                   SIM_EPOCH + timedelta(seconds=j.arrival)) for j in head]
+                                   SIM_EPOCH + timedelta(seconds=j.arrival),
+                                   time_limit=j.time_limit) for j in head]
         assert self.state is not None
         plan = plan_on_state(self.state, requests, policy=self.engine_policy, now=when,
-                             workload_mix=self.engine_mix)
+                             workload_mix=self.engine_mix,
+                             allocations_usage=tuple(self.active.values()))
         by_name = {f"j{j.index}": j for j in head}
         for p in plan.placements:
             (part,) = p.assignments
             job = by_name[p.request_name]
             choice = (self.row_of[part.node], tuple(part.gpu_indices))
-            self.start(job, *choice)
+            self.start(job, *choice, now=now)
             started.append((job, *choice))
         return started
 
