@@ -36,6 +36,8 @@ MAX_INPUT_FILE_BYTES = 64 * 1024 * 1024  # request, node and quota files
 MAX_PRIORITY_WEIGHT = 1_000_000  # aged weights times milli stay far inside CP-SAT's int64
 MAX_PREEMPTIONS_PER_TASK = 1000
 MAX_RESERVATIONS = 1000
+# Requests given a start estimate per cycle (Policy.start_estimates) at most.
+MAX_START_ESTIMATES = 100_000
 MAX_SOLVER_SECONDS = 60.0  # one placement cycle's solver budget
 MAX_SOLVER_WORKERS = 64
 MAX_SOLVER_SEED = 2**31 - 1

@@ -510,6 +510,9 @@ class Policy:
     reserve_after: timedelta = timedelta(hours=1)
     # At most this many starving requests hold reservations per cycle (0: rule off).
     max_reservations: int = 1
+    # Start estimates (gpu_pool.engine.estimate) for at most this many requests waiting
+    # for capacity per cycle, first in line first (0: none).
+    start_estimates: int = 200
 
     def __post_init__(self) -> None:
         if not isinstance(self.reserve_after, timedelta) or self.reserve_after < timedelta(0):
@@ -519,6 +522,10 @@ class Policy:
                 or self.max_reservations < 0):
             raise SpecError("max_reservations", self.max_reservations,
                             "a whole number of 0 (off) or more")
+        if (isinstance(self.start_estimates, bool) or not isinstance(self.start_estimates, int)
+                or self.start_estimates < 0):
+            raise SpecError("start_estimates", self.start_estimates,
+                            "a whole number of 0 (no estimates) or more")
         gap = self.solver_relative_gap
         if isinstance(gap, bool) or not isinstance(gap, int | float) or not 0 <= gap < 1:
             raise SpecError("solver_relative_gap", gap,

@@ -326,6 +326,7 @@ PARSERS: dict[str, Callable[[Any, str], Any]] = {
     "solver_relative_gap": _number_in(1.0, below=True),
     "reserve_after": _duration_key(zero_ok=True),
     "max_reservations": _int_in(0, limits.MAX_RESERVATIONS),
+    "start_estimates": _int_in(0, limits.MAX_START_ESTIMATES),
 }
 KEYS = tuple(PARSERS)
 

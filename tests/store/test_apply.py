@@ -173,3 +173,29 @@ def test_preemption_ends_the_whole_request_and_requeues_it(store: Store, now: da
     again = store.apply_plan(plan_of(preemptions=[Preemption(victim.id, "batch", "urgent", "x")]),
                              later, "s")
     assert again.preempted == [] and len(store.ledger()) == 2
+
+
+def test_estimates_are_stored_with_reasons_and_ratios_learned(store: Store,
+                                                               now: datetime) -> None:
+    """Both backends: the plan's start estimates kept with the reasons, cleared when the
+    request leaves pending; finished work's run time / limit read back as ratios."""
+    from gpu_pool.engine import plan as run_engine
+    from gpu_pool.model import Outcome, Policy
+
+    seed(store)
+    hour = timedelta(hours=1)
+    submit(store, "done", now - 9 * hour, gpus=1, time_limit=4 * hour)
+    place(store, "done", "n1", [0], now - 9 * hour)
+    store.release_request("done", Outcome.SUCCESS, "t", "ok", now - 8 * hour)  # ran 1/4
+    submit(store, "busy", now, gpus=4, time_limit=2 * hour)
+    place(store, "busy", "n1", [0, 1, 2, 3], now)
+    submit(store, "wait", now, gpus=4, time_limit=hour)
+    snapshot = store.load_snapshot(Policy(), now)
+    assert snapshot.runtime_ratios == (0.25,)
+    p = run_engine(snapshot)
+    assert p.estimates == {"wait": now + 0.5 * hour}  # busy: 2 h x 0.25
+    store.apply_plan(p, now, "sched")
+    assert store.estimated_start("wait") == now + 0.5 * hour
+    assert store.request_reason("wait")[0] == "waiting_for_capacity"
+    store.release_request("wait", Outcome.CANCELLED, "t", "gone", now + hour)
+    assert store.estimated_start("wait") is None

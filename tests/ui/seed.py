@@ -113,6 +113,14 @@ def seed(store: Store, now: datetime, *, extra_nodes: int = 194,
     for name in finished:
         store.release_request(name, Outcome.SUCCESS, actor=ACTOR, reason="task succeeded",
                               now=now - timedelta(hours=8), policy=policy)
+    # A gang of every H100 node: it waits for capacity, and the work on them has time
+    # limits, so the queue shows when it is expected to start.
+    wide = now - timedelta(minutes=40)
+    h100 = sum(1 for n in nodes if n.gpus and n.gpus[0].model == "H100")
+    store.submit_request(parse_request(
+        {"name": "platform-wide-gang", "team": "platform", "gpus": 8 * h100, "nodes": h100,
+         "gpu_models": "H100", "time_limit": "6h", "submitted_at": wide}, policy=policy,
+        known_teams=teams, nodes=nodes), actor=ACTOR, now=wide)
     _cycle(store, policy, now - timedelta(minutes=30))
 
     held = {(a.node, i) for a in store.active_allocations() for i in a.gpu_indices}

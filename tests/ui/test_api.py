@@ -163,6 +163,16 @@ def test_queue_is_in_placement_order_with_persisted_reasons(fleet_server):
             assert item["waited_s"] > 0
         assert any(not i["data_ready"] and i["reason_code"] == "data_not_ready"
                    for i in queue["items"])
+        # Start estimates as the last cycle stored them; only for work waiting for capacity.
+        for item in queue["items"]:
+            stored = fleet_server.store.estimated_start(item["name"])
+            got = item["estimated_start"]
+            assert (got is None) == (stored is None), item
+            if got is not None:
+                assert datetime.fromisoformat(got.replace("Z", "+00:00")) == stored
+                assert item["reason_code"] == "waiting_for_capacity"
+        wide = c.get("/api/placement", params={"request": "platform-wide-gang"}).json()
+        assert wide["state"] == "pending" and wide["estimated_start"] is not None
         vision = c.get("/api/queue", params={"team": "vision"}).json()
         assert vision["items"] and {i["team"] for i in vision["items"]} == {"vision"}
         assert [i["position"] for i in vision["items"]] == sorted(

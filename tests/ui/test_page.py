@@ -119,6 +119,16 @@ def test_3_queue_shows_reasons_wait_priority_and_filters_by_team(fleet_server, b
     code, message = fleet_server.store.request_reason("research-ablation")
     assert message in ablation.inner_text() and code in ablation.inner_text()
     assert "not ready" in ablation.inner_text()
+    # Start estimates: the last cycle's, as stored; "unknown" where it gave none.
+    estimates = {r.name: fleet_server.store.estimated_start(r.name) for r in pending}
+    known = sorted(n for n, at in estimates.items() if at is not None)
+    assert known, "the seed's queue waits behind work with time limits: some estimate"
+    for name in (known[0], known[-1]):
+        cell = page.locator(f"tr[data-request='{name}'] td.estimate")
+        assert cell.inner_text() == f"{estimates[name]:%Y-%m-%d %H:%M} UTC"
+    unknown = next((n for n, at in estimates.items() if at is None), None)
+    if unknown is not None:
+        assert page.locator(f"tr[data-request='{unknown}'] td.estimate").inner_text() == "unknown"
     page.screenshot(path=str(shots / "queue.png"))
     page.select_option("#team-filter", "vision")
     page.wait_for_function("() => [...document.querySelectorAll('#queue-table tbody tr')]"

@@ -54,6 +54,7 @@ from gpu_pool.model import NodeState, Policy
 from gpu_pool.ops import crosszone
 from gpu_pool.spec import parse_name, parse_quota, parse_text
 from gpu_pool.store import Store, resolve_db_url
+from gpu_pool.store.codec import py_time
 
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"
 CurrentUser = Annotated[Any, Depends(get_user)]
@@ -233,6 +234,8 @@ def create_app(store_factory: Callable[[], Store] | None = None,
         return PlacementOut(
             request=row["name"], team=row["team"], state=row["state"],
             reason_code=row["reason_code"], reason_message=row["reason_message"],
+            estimated_start=py_time(row.get("estimated_start")) if row["state"] == "pending"
+            else None,
             task=views.task_link(row),
             allocations=[views.allocation_out(a, links) for a in s.allocations_of(row["name"])
                          if str(a.state) == "active"])

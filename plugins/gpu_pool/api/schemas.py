@@ -116,6 +116,9 @@ class QueueItemOut(BaseModel):
     waited_s: float | None
     reason_code: str | None
     reason_message: str | None
+    # When the last placement cycle expects it to start (None: no estimate; see
+    # gpu_pool.engine.estimate).
+    estimated_start: datetime | None = None
     data_ready: bool
     dataset: str | None
     task: TaskLinkOut | None = None
@@ -253,6 +256,7 @@ class PlacementOut(BaseModel):
     reason_message: str | None
     task: TaskLinkOut | None
     allocations: list[AllocationOut]
+    estimated_start: datetime | None = None  # pending only: the last cycle's estimate
 
 
 class EventOut(BaseModel):

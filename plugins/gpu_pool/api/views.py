@@ -49,6 +49,7 @@ from gpu_pool.api.schemas import (
 from gpu_pool.model import Allocation, Gpu, Node, NodeState, Policy, PriorityClass, Quota
 from gpu_pool.ops import crosszone
 from gpu_pool.store import Store
+from gpu_pool.store.codec import py_time
 
 # A held GPU whose last reading is below this is shown as idle (the reclaim sweep's concern).
 IDLE_UTILIZATION_PCT = 5.0
@@ -188,6 +189,7 @@ def queue(store: Store, now: datetime, team: str | None = None,
             submitted_at=submitted,
             waited_s=(now - submitted).total_seconds() if submitted else None,
             reason_code=r["reason_code"], reason_message=r["reason_message"],
+            estimated_start=py_time(r.get("estimated_start")),
             data_ready=bool(r["data_ready"]), dataset=r["dataset_uri"], task=task_link(r),
             team_decayed_gpu_hours=round(used.get(r["team"], 0.0), 3)))
     if limit is not None:

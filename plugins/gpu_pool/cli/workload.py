@@ -147,6 +147,19 @@ def _shape(r: Request) -> str:
     return str(r.gpus)
 
 
+def _estimate(at: datetime | None, now: datetime) -> str:
+    """A start estimate in words: '~14:20 UTC (in 2 h 5 min)', or why there is none."""
+    if at is None:
+        return "unknown"
+    wait = max(int((at - now).total_seconds()), 0)
+    if wait < 60:
+        return "now"
+    hours, minutes = divmod(wait // 60, 60)
+    span = f"{hours} h {minutes} min" if hours else f"{minutes} min"
+    day = "%H:%M" if at.date() == now.date() else "%Y-%m-%d %H:%M"
+    return f"~{at.strftime(day)} UTC (in {span})"
+
+
 def _dry_run(store: Any, now: datetime) -> tuple[Any, Plan]:
     from gpu_pool.engine import plan as run_engine
 
@@ -169,13 +182,15 @@ def queue(args: argparse.Namespace) -> int:
                      "reason": f"would start now on {node_list}{note}"})
     for reason in plan.pending:
         rows.append({**_request_row(by_name[reason.request_name], now), "state": reason.code,
+                     "starts": _estimate(plan.estimates.get(reason.request_name), now),
                      "reason": reason.message})
     for row in rows:
         row["used"] = round(usage.get(row["team"], 0.0), 1)
+        row.setdefault("starts", "now")
     if team is not None:
         rows = [r for r in rows if r["team"] == team]
     emit(args.json, rows,
-         ("request", "team", "priority", "gpus", "waited", "used", "state", "reason"),
+         ("request", "team", "priority", "gpus", "waited", "used", "state", "starts", "reason"),
          empty="the queue is empty")
     if not args.json and usage:
         print()
@@ -260,6 +275,7 @@ def why(args: argparse.Namespace) -> int:
             reason = plan.reason_of(name)
             info["state"] = reason.code if reason else "pending"
             info["why"] = reason.message if reason else "no reason given"
+            info["starts"] = _estimate(plan.estimates.get(name), now)
     emit_object(args.json, info)
     return 0
 

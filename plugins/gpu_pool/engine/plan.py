@@ -34,7 +34,9 @@ Steps of :func:`plan_on_state`:
    still running (:mod:`gpu_pool.engine.offpeak`; off-peak lending in step 1 only lends
    work that ends before the peak or is preemptible, and lent placements beyond quota are
    marked);
-7. a reason for every request left pending (:mod:`gpu_pool.engine.reasons`).
+7. a reason for every request left pending (:mod:`gpu_pool.engine.reasons`);
+8. an estimated start for each request waiting for capacity, the first
+   ``policy.start_estimates`` in line (:mod:`gpu_pool.engine.estimate`).
 
 Invariants: no I/O, no printing, inputs never mutated (the caller's :class:`FleetState`
 may gain a cache of its FGD measure, which does not change what it reports); the same
@@ -58,7 +60,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from gpu_pool.engine import borrow, cpsat, exact, offpeak, preempt, reserve, zones
+from gpu_pool.engine import borrow, cpsat, estimate, exact, offpeak, preempt, reserve, zones
 from gpu_pool.engine.capacity import FleetState
 from gpu_pool.engine.compat import never_fits
 from gpu_pool.engine.fragmentation import TaskShape, WorkloadMix
@@ -112,14 +114,15 @@ def plan(snapshot: Snapshot) -> Plan:
             FleetState.from_snapshot(snapshot), snapshot.requests, quotas=snapshot.quotas,
             allocations_usage=snapshot.allocations, policy=snapshot.policy, now=snapshot.now,
             workload_mix=snapshot.workload_mix, team_usage=snapshot.team_usage,
-            lending=snapshot.lending)
+            lending=snapshot.lending, runtime_ratios=snapshot.runtime_ratios)
 
 
 def plan_on_state(state: FleetState, requests: Sequence[Request], *,
                   quotas: Sequence[Quota] = (), allocations_usage: Sequence[Allocation] = (),
                   policy: Policy, now: datetime, workload_mix: MixSpec | WorkloadMix = (),
                   use_solver: bool = True, team_usage: Mapping[str, float] | None = None,
-                  lending: Sequence[Lending] = ()) -> Plan:
+                  lending: Sequence[Lending] = (),
+                  runtime_ratios: Sequence[float] = ()) -> Plan:
     """Plan ``requests`` onto the free capacity of ``state`` (which is not changed).
 
     ``allocations_usage``: the active allocations, from which quota usage is derived and
@@ -130,6 +133,8 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
     ``policy.fair_share_half_life`` is zero). The solvers value requests by weight alone:
     a plan of theirs that beats greedy may choose differently among equals.
     ``lending``: the teams' lending consents (:attr:`Snapshot.lending`).
+    ``runtime_ratios``: run time / time limit of recently finished tasks, for the start
+    estimates (:attr:`Snapshot.runtime_ratios`).
 
     Python's cyclic garbage collector is paused for the cycle (and restored after, as it
     was): a large cycle allocates tens of thousands of small objects, none of them in
@@ -140,7 +145,7 @@ def plan_on_state(state: FleetState, requests: Sequence[Request], *,
     with gc_paused():
         usage = team_usage if policy.fair_share_half_life > timedelta(0) else None
         return _plan_on_state(state, requests, quotas, allocations_usage, policy, now,
-                              workload_mix, use_solver, usage, lending)
+                              workload_mix, use_solver, usage, lending, runtime_ratios)
 
 
 @contextmanager
@@ -159,7 +164,8 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
                    allocations_usage: Sequence[Allocation], policy: Policy, now: datetime,
                    workload_mix: MixSpec | WorkloadMix, use_solver: bool,
                    usage: Mapping[str, float] | None = None,
-                   lending: Sequence[Lending] = ()) -> Plan:
+                   lending: Sequence[Lending] = (),
+                   runtime_ratios: Sequence[float] = ()) -> Plan:
     t0 = time.perf_counter()
     layout = state.layout
     # 1. weights, views, quota groups
@@ -324,6 +330,20 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
         placements = offpeak.mark_beyond_quota(placements, by_request, lent_names & placed, book,
                                                dict(zip(layout.names, layout.models,
                                                         strict=True)), gate)
+    # 8. start estimates for the requests waiting for capacity
+    estimates = {}
+    if policy.start_estimates:
+        waits = {x.request_name for x in pending if x.code in estimate.CAPACITY}
+        queue = [r for r in ordered if r.name in waits]
+        if queue:
+            gone = {x.allocation_id for x in preemptions}
+            every = {r.name: r for r in requests}
+            runtimes = estimate.Runtimes(runtime_ratios)
+            holds = runtimes.holds(layout, [a for a in allocations_usage if a.id not in gone],
+                                   [(p, every[p.request_name]) for p in placements], now)
+            estimates = estimate.estimate_starts(
+                (opened or final).state, queue, views, holds, held.reservations, now,
+                policy.start_estimates, runtimes)
     by_name = {p.request_name: p for p in placements}
     if zone_calls:
         for name, p in by_name.items():
@@ -339,7 +359,8 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
                        None if stats.upper_bound is None else stats.upper_bound + pre,
                        stats.detail)
     reservations = tuple(x for x in held.reservations if x.request_name not in placed)
-    return Plan(ordered_placements, pending, tuple(preemptions), stats, reservations)
+    return Plan(ordered_placements, pending, tuple(preemptions), stats, reservations,
+                estimates)
 
 
 def _queued_ahead(ordered: Sequence[Request], placed: set[str], holders: set[str],
@@ -369,4 +390,5 @@ def greedy_plan(snapshot: Snapshot) -> Plan:
             FleetState.from_snapshot(snapshot), snapshot.requests, quotas=snapshot.quotas,
             allocations_usage=snapshot.allocations, policy=snapshot.policy, now=snapshot.now,
             workload_mix=snapshot.workload_mix, use_solver=False,
-            team_usage=snapshot.team_usage, lending=snapshot.lending)
+            team_usage=snapshot.team_usage, lending=snapshot.lending,
+            runtime_ratios=snapshot.runtime_ratios)

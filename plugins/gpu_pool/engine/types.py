@@ -35,6 +35,9 @@ class Snapshot:
     team_usage: Mapping[str, float] = field(default_factory=dict)
     # Lending consents on record (a team without one lends to every team, no limit).
     lending: tuple[Lending, ...] = ()
+    # Run time / time limit of recently finished tasks: start estimates expect running
+    # and waiting work to end as such work did (gpu_pool.engine.estimate).
+    runtime_ratios: tuple[float, ...] = ()
 
 
 class ReasonCode(enum.StrEnum):
@@ -148,6 +151,9 @@ class Plan:
     # Starving requests that hold nodes this cycle (none unless one waited past
     # Policy.reserve_after and does not fit now).
     reservations: tuple[Reservation, ...] = ()
+    # Estimated start per request waiting for capacity (gpu_pool.engine.estimate); a
+    # request missing here has no estimate (held by something else, or no known end).
+    estimates: Mapping[str, datetime] = field(default_factory=dict)
 
     def placement_of(self, request_name: str) -> Placement | None:
         for p in self.placements:

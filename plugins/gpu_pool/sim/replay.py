@@ -52,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -80,6 +81,9 @@ QOS_PRIORITY = {
     "BE": PriorityClass.LOW,
 }
 PEAK_HOURS = range(8, 20)
+# Finished tasks whose run time / limit the engine's start estimates learn from (the
+# store's default window is the same, gpu_pool.store).
+RATIO_WINDOW = 500
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,8 @@ class ReplayResult:
     cycle_seconds: tuple[float, ...]
     end_time: float
     sharing: SharingRecord | None = None  # teams mode only
+    # Engine: per job, the first start estimate it was given (virtual seconds; None: none).
+    estimates: tuple[float | None, ...] = ()
 
 
 def jobs_of(trace: Trace, config: ReplayConfig) -> list[Job]:
@@ -219,6 +225,9 @@ class _Runner:
         self.row_of = {n.name: i for i, n in enumerate(self.nodes)}
         # Engine: the running tasks with a declared time limit, as the engine sees them.
         self.active: dict[int, Allocation] = {}
+        self.estimates: dict[int, float] = {}  # job -> first estimated start
+        # Run time / declared limit of the last finished tasks (start estimates learn it).
+        self.ratios: deque[float] = deque(maxlen=RATIO_WINDOW)
         self.slots_free = int(self.fleet.gpus.sum())
         self.bestfit = BestFitPlacer(self.fleet, self.rng)
         self.firstfit = FirstFitPlacer(self.fleet, self.rng)
@@ -250,6 +259,8 @@ class _Runner:
         if self.state is not None:
             t = job.task
             self.active.pop(job.index, None)
+            if job.time_limit:
+                self.ratios.append(job.duration / job.time_limit)
             self.state.release([NodeAssignment(self.nodes[node].name, cols,
                                                t.gpu_milli if t.num_gpu else 0, t.cpu_milli,
                                                t.memory_mib)])
@@ -281,8 +292,11 @@ class _Runner:
         assert self.state is not None
         plan = plan_on_state(self.state, requests, policy=self.engine_policy, now=when,
                              workload_mix=self.engine_mix,
-                             allocations_usage=tuple(self.active.values()))
+                             allocations_usage=tuple(self.active.values()),
+                             runtime_ratios=tuple(self.ratios))
         by_name = {f"j{j.index}": j for j in head}
+        for name, at in plan.estimates.items():
+            self.estimates.setdefault(by_name[name].index, (at - SIM_EPOCH).total_seconds())
         for p in plan.placements:
             (part,) = p.assignments
             job = by_name[p.request_name]
@@ -349,7 +363,9 @@ def run_replay(trace: Trace, policy: str, config: ReplayConfig = ReplayConfig())
             nearest = min(nearest, jobs[nxt].arrival)
         now = max(now + hb, math.ceil(nearest / hb) * hb)
     return ReplayResult(policy, config, tuple(jobs), tuple(start), tuple(times),
-                        tuple(allocated), tuple(frags), tuple(cycle_s), float(now))
+                        tuple(allocated), tuple(frags), tuple(cycle_s), float(now),
+                        estimates=tuple(runner.estimates.get(j.index) for j in jobs)
+                        if policy == "engine" else ())
 
 
 def _weighted(times: Sequence[float], values: Sequence[float], begin: float, end: float,
@@ -425,7 +441,38 @@ def replay_summary(result: ReplayResult) -> dict[str, Any]:
                      "max": float(cyc.max())},
         "qos_to_priority": {k: v.value for k, v in QOS_PRIORITY.items()},
         **({"sharing": _sharing(result)} if result.sharing is not None else {}),
+        **({"start_estimate_error": estimate_errors(result)} if result.estimates else {}),
     }
+
+
+def estimate_errors(result: ReplayResult) -> dict[str, dict[str, float | int]]:
+    """How far the first start estimate of each task that waited landed from its actual
+    start, per priority class: ``|estimate - start| / (start - arrival)`` (median and p90,
+    in % of the wait), the median in seconds, and how many tasks waited (were still
+    pending after the first cycle after their arrival) and how many of them got one (a
+    task is given one when a cycle leaves it waiting for capacity, among the first
+    ``Policy.start_estimates`` in line, with room made by known ends)."""
+    out: dict[str, dict[str, float | int]] = {}
+    for prio in PriorityClass:
+        rel, abs_s, waited = [], [], 0
+        hb = result.config.heartbeat_s
+        for job, s, e in zip(result.jobs, result.start, result.estimates, strict=True):
+            # Waited: still pending after its first cycle (cycles run on multiples of hb).
+            if job.priority is not prio or s is None or s <= math.ceil(job.arrival / hb) * hb:
+                continue
+            waited += 1
+            if e is None:
+                continue
+            rel.append(100 * abs(e - s) / (s - job.arrival))
+            abs_s.append(abs(e - s))
+        if not waited:
+            continue
+        out[prio.value] = {
+            "waited": waited, "estimated": len(rel),
+            "median_pct": float(np.median(rel)) if rel else float("nan"),
+            "p90_pct": float(np.percentile(rel, 90)) if rel else float("nan"),
+            "median_s": float(np.median(abs_s)) if abs_s else float("nan")}
+    return out
 
 
 def _sharing(result: ReplayResult) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from gpu_pool.store.codec import (
     allocation_params,
     db_time,
     new_id,
+    py_time,
     to_json,
 )
 
@@ -160,3 +161,20 @@ def gpu_milli_held(conn: Connection, node: str, indices: Sequence[int]) -> dict[
                         {"n": node}).all()
     wanted = set(indices)
     return {idx: milli for idx, milli in rows if idx in wanted}
+
+
+def runtime_ratios(conn: Connection, limit: int = 500) -> tuple[float, ...]:
+    """Run time / time limit of the last ``limit`` allocations that ended on their own
+    (released: not preempted, not expired) and had a limit: what the start estimates
+    expect of running work (:mod:`gpu_pool.engine.estimate`)."""
+    rows = conn.execute(text(
+        "SELECT started_at, ends_by, ended_at FROM allocations WHERE state = 'released' "
+        "AND ends_by IS NOT NULL AND ended_at IS NOT NULL ORDER BY ended_at DESC, id "
+        "LIMIT :k"), {"k": limit}).all()
+    out = []
+    for started, ends_by, ended in rows:
+        start = py_time(started)
+        span = (py_time(ends_by) - start).total_seconds()
+        if span > 0:
+            out.append(min(max((py_time(ended) - start).total_seconds() / span, 0.0), 1.0))
+    return tuple(out)

@@ -114,7 +114,8 @@ def apply_plan(write: WriteTx, plan: Plan, now: datetime, actor: str, policy: Po
                 result.allocations[name] = made
                 result.placed.append(name)
         if plan.pending:
-            set_reasons(conn, [(r.request_name, str(r.code), r.message) for r in plan.pending], now)
+            set_reasons(conn, [(r.request_name, str(r.code), r.message,
+                                plan.estimates.get(r.request_name)) for r in plan.pending], now)
     return result
 
 

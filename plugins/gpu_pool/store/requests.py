@@ -32,7 +32,7 @@ from gpu_pool.model import LedgerEntry, Node, Outcome, Policy, Request, RequestS
 from gpu_pool.store import events
 from gpu_pool.store.allocations import active_allocations_of_request, end_allocation
 from gpu_pool.store.checks import check_request
-from gpu_pool.store.codec import db_time, new_id, request_from_row, request_params
+from gpu_pool.store.codec import db_time, new_id, py_time, request_from_row, request_params
 from gpu_pool.store.fleet import fleet_shapes, require_team
 from gpu_pool.store.ledger import price_of
 
@@ -145,7 +145,8 @@ def change_state(conn: Connection, request_id: str, name: str, from_states: Sequ
     changed = conn.execute(text(
         "UPDATE requests SET state = :to, updated_at = :now"
         + (", finished_at = :now" if finished else ", finished_at = NULL")
-        + (", reason_code = NULL, reason_message = NULL" if to is not RequestState.PENDING else "")
+        + (", reason_code = NULL, reason_message = NULL, estimated_start = NULL"
+           if to is not RequestState.PENDING else "")
         + f" WHERE id = :id AND state IN ({', '.join(':' + k for k in allowed)})"),
         {"to": str(to), "now": db_time(now), "id": request_id, **allowed})
     if changed.rowcount != 1:
@@ -165,21 +166,37 @@ def set_data_ready(conn: Connection, name: str, ready: bool, actor: str, now: da
     return True
 
 
-def set_reasons(conn: Connection, reasons: Sequence[tuple[str, str, str]], now: datetime) -> None:
-    """Record why pending requests wait: (name, code, message).
+def set_reasons(conn: Connection, reasons: Sequence[tuple[str, str, str, datetime | None]],
+                now: datetime) -> None:
+    """Record why pending requests wait and when they are expected to start: (name, code,
+    message, estimated start or None).
 
     Only changed reasons are written, in one batch: a cycle restates thousands of unchanged
     reasons and must not cost a statement each. A reason is not a state change, so no event
     is written.
     """
-    current = {r[0]: (r[1], r[2]) for r in conn.execute(text(
-        "SELECT name, reason_code, reason_message FROM requests WHERE state = 'pending'"))}
-    changed = [{"c": code, "m": message, "now": db_time(now), "n": name}
-               for name, code, message in reasons
-               if name in current and current[name] != (code, message)]
+    current = {r[0]: (r[1], r[2], py_time(r[3])) for r in conn.execute(text(
+        "SELECT name, reason_code, reason_message, estimated_start FROM requests "
+        "WHERE state = 'pending'"))}
+    changed = [{"c": code, "m": message, "e": db_time(start), "now": db_time(now), "n": name}
+               for name, code, message, start in reasons
+               if name in current and current[name] != (code, message, _second(start))]
     if changed:
         conn.execute(text("UPDATE requests SET reason_code = :c, reason_message = :m, "
-                          "updated_at = :now WHERE name = :n AND state = 'pending'"), changed)
+                          "estimated_start = :e, updated_at = :now "
+                          "WHERE name = :n AND state = 'pending'"), changed)
+
+
+def _second(when: datetime | None) -> datetime | None:
+    """``when`` as the store gives it back (aware UTC): compare like with like."""
+    return py_time(db_time(when))
+
+
+def estimated_start(conn: Connection, name: str) -> datetime | None:
+    """The start the last placement cycle expects for pending request ``name``, if any."""
+    row = conn.execute(text("SELECT estimated_start FROM requests WHERE name = :n "
+                            "AND state = 'pending'"), {"n": name}).first()
+    return None if row is None else py_time(row[0])
 
 
 def release_request(conn: Connection, name: str, outcome: Outcome, actor: str, reason: str | None,

@@ -322,6 +322,11 @@ class Store:
                                     "WHERE name = :n"), {"n": name}).first()
         return None if row is None or row[0] is None else (row[0], row[1])
 
+    def estimated_start(self, name: str) -> datetime | None:
+        """When the last placement cycle expects pending request ``name`` to start."""
+        with self._read() as conn:
+            return requests.estimated_start(conn, name)
+
     def pending_requests(self) -> list[Request]:
         with self._read() as conn:
             return requests.pending_requests(conn)
@@ -370,6 +375,8 @@ class Store:
                 now=now,
                 team_usage=usage.team_usage(conn, active, now, policy.fair_share_half_life),
                 lending=tuple(lending.list_lending(conn)),
+                runtime_ratios=allocations.runtime_ratios(conn) if policy.start_estimates
+                else (),
             )
 
     def apply_plan(self, plan: Plan, now: datetime, actor: str,

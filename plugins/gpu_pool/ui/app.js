@@ -159,6 +159,7 @@ function renderQueue(data) {
     el("td", { class: `pri-${r.priority}` }, r.priority),
     el("td", {}, r.shape + (r.gpu_models.length ? ` (${r.gpu_models.join("|")})` : "")),
     el("td", {}, duration(r.waited_s)),
+    el("td", { class: "estimate" }, r.estimated_start ? when(r.estimated_start) : "unknown"),
     el("td", {}, r.data_ready ? "ready" : "not ready"),
     el("td", {}, (r.team_decayed_gpu_hours || 0).toFixed(1)),
     el("td", { class: "reason" }, r.reason_message || "not yet considered by a placement cycle",
@@ -263,6 +264,7 @@ async function renderPlacement() {
       el("h3", {}, `${p.request} (${p.team}) — ${p.state}`),
       p.task ? el("p", {}, "Airflow task: ", taskAnchor(p.task)) : null,
       p.reason_message ? el("p", {}, "Waits: ", p.reason_message) : null,
+      p.estimated_start ? el("p", { class: "estimate" }, "Expected to start: ", when(p.estimated_start)) : null,
       el("ul", {}, p.allocations.map((a) => el("li", {},
         `${a.node} GPUs ${a.gpu_indices.join(",")} (${a.gpu_model}) since ${when(a.started_at)} until ${when(a.ends_by)}`))));
   } catch (err) {
