@@ -248,6 +248,22 @@ def _parts(request: Request, gpu: list[int], cpu: int, mem: int, cap: int) -> in
     return min(n, gpu.count(MILLI_PER_GPU) // request.gpus)
 
 
+def _release_together(mine: list, i: int, gpu: list[int]) -> tuple[int, int, int]:
+    """Release the holds of ``mine`` (one row's, in end order) from ``i`` on that end at
+    the same moment: their GPU milli back onto ``gpu`` (changed in place). Returns the
+    index after them and the CPU and RAM they free."""
+    at = mine[i][0]
+    cpu = mem = 0
+    while i < len(mine) and mine[i][0] == at:
+        _, cols, milli, c, m = mine[i]
+        for col in cols:
+            gpu[col] = min(gpu[col] + milli, MILLI_PER_GPU)
+        cpu += c
+        mem += m
+        i += 1
+    return i, cpu, mem
+
+
 def slot_times(request: Request, home_rows: np.ndarray, st: FleetState, holds: Holds,
                count: int) -> list[float]:
     """The times (seconds from now, ascending) at which the home zone gets room for each of
@@ -274,13 +290,8 @@ def slot_times(request: Request, home_rows: np.ndarray, st: FleetState, holds: H
                          int(st.mem_free[row])]
         gpu, cpu, mem = free[row]
         mine = holds.by_row[row]
-        while i < len(mine) and mine[i][0] == at:  # holds ending together
-            _, cols, milli, c, m = mine[i]
-            for col in cols:
-                gpu[col] = min(gpu[col] + milli, MILLI_PER_GPU)
-            cpu += c
-            mem += m
-            i += 1
+        i, c, m = _release_together(mine, i, gpu)
+        cpu, mem = cpu + c, mem + m
         free[row][1:] = [cpu, mem]
         c = _parts(request, gpu, cpu, mem, cap)
         if c > have[row]:
@@ -308,13 +319,8 @@ def ready_times(request: Request, rows: np.ndarray, st: FleetState,
         i = 0
         while i < len(mine):
             at = mine[i][0]
-            while i < len(mine) and mine[i][0] == at:  # holds ending together
-                _, cols, milli, c, m = mine[i]
-                for col in cols:
-                    gpu[col] = min(gpu[col] + milli, MILLI_PER_GPU)
-                cpu += c
-                mem += m
-                i += 1
+            i, c, m = _release_together(mine, i, gpu)
+            cpu, mem = cpu + c, mem + m
             if _parts(request, gpu, cpu, mem, 1):
                 out[k] = at
                 break
