@@ -48,7 +48,7 @@ import numpy as np
 from gpu_pool.engine.capacity import FleetLayout, FleetState
 from gpu_pool.engine.objective import RequestView
 from gpu_pool.engine.types import Placement, ReasonCode, Reservation
-from gpu_pool.engine.zones import Holds, _parts, _parts_now
+from gpu_pool.engine.zones import Holds, _parts, _parts_now, release_gpus
 from gpu_pool.model import MILLI_PER_GPU, Allocation, Request
 
 # Hold ends walked per cycle at most; requests still waiting after them get None.
@@ -88,8 +88,7 @@ class _Row:
         return cols, MILLI_PER_GPU
 
     def give(self, cols: tuple[int, ...], milli: int, cpu: int, mem: int) -> None:
-        for c in cols:
-            self.gpu[c] = min(self.gpu[c] + milli, MILLI_PER_GPU)
+        release_gpus(self.gpu, cols, milli)
         self.cpu += cpu
         self.mem += mem
 
@@ -115,30 +114,14 @@ class Runtimes:
               placed: Sequence[tuple[Placement, Request]], now: datetime) -> Holds:
         """The holds of ``allocations`` and ``placed`` (starting now) with a time limit,
         ending at their expected ends (seconds from now)."""
-        by_row: dict[int, list[tuple[float, tuple[int, ...], int, int, int]]] = {}
-        row_of, column_of = layout.row_of, layout.column_of
-        for a in allocations:
-            row = row_of.get(a.node)
-            if a.ends_by is None or row is None:
-                continue
+
+        def remaining(a: Allocation) -> float:
+            assert a.ends_by is not None  # Holds.of leaves the others out
             limit = (a.ends_by - a.started_at).total_seconds()
             elapsed = (now - a.started_at).total_seconds()
-            end = max(self.expected(limit, elapsed) - elapsed, 0.0)
-            cols = column_of[row]
-            by_row.setdefault(row, []).append(
-                (end, tuple([cols[i] for i in a.gpu_indices if i in cols]), a.gpu_milli,
-                 a.cpu_milli, a.memory_mib))
-        for p, r in placed:
-            if r.time_limit is None:
-                continue
-            end = self.expected(r.time_limit.total_seconds())
-            for part in p.assignments:
-                row = row_of[part.node]
-                cols = column_of[row]
-                by_row.setdefault(row, []).append(
-                    (end, tuple(cols[i] for i in part.gpu_indices), part.gpu_milli,
-                     part.cpu_milli, part.memory_mib))
-        return Holds(layout, by_row)
+            return self.expected(limit, elapsed) - elapsed
+
+        return Holds.of(layout, allocations, now, remaining).plus(placed, ends=self.expected)
 
 
 def estimate_starts(state: FleetState, waiting: Sequence[Request],

@@ -171,7 +171,6 @@ def reserve(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
     names = start.state.layout.names
     holds: Holds | None = None
     first: list[tuple[Placement, Request]] = []
-    everywhere = np.ones(start.state.size, dtype=bool)
     for r in hungry:
         view, g = views[r.name], groups[r.name]
         if len(held.placements) + len(held.reservations) >= policy.max_reservations:
@@ -185,13 +184,13 @@ def reserve(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
             held.value += choice.value
             first.append((placement, r))
             if holds is not None:  # it holds its GPUs until its own time limit
-                holds = holds.plus(first[-1:], everywhere)
+                holds = holds.plus(first[-1:])
             continue
         rows = holdable_rows(start, r, view, g)
         if len(rows) < r.nodes:
             continue  # nothing it could ever take is open: reserving would only idle nodes
         if holds is None:  # with the starving requests placed first, until their limits
-            holds = Holds.of(start.state.layout, allocations, now).plus(first, everywhere)
+            holds = Holds.of(start.state.layout, allocations, now).plus(first)
         worst, total = shortfall(start, r, rows)
         ready = (ready_times(r, rows, start.state, holds) if holds is not None
                  else np.full(len(rows), math.inf))

@@ -51,7 +51,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -164,8 +164,10 @@ class Holds:
         self._with[list(by_row)] = True
 
     @classmethod
-    def of(cls, layout: FleetLayout, allocations: Sequence[Allocation],
-           now: datetime) -> Holds:
+    def of(cls, layout: FleetLayout, allocations: Sequence[Allocation], now: datetime,
+           ends: Callable[[Allocation], float] | None = None) -> Holds:
+        """The holds of ``allocations`` with an ``ends_by``, ending ``ends(a)`` seconds from
+        now (default: at ``ends_by``)."""
         by_row: dict[int, list[tuple[float, tuple[int, ...], int, int, int]]] = defaultdict(list)
         row_of, column_of = layout.row_of, layout.column_of
         for a in allocations:
@@ -175,32 +177,37 @@ class Holds:
             if row is None:
                 continue
             cols = column_of[row]
-            by_row[row].append((max((a.ends_by - now).total_seconds(), 0.0),
+            end = ends(a) if ends is not None else (a.ends_by - now).total_seconds()
+            by_row[row].append((max(end, 0.0),
                                 tuple([cols[i] for i in a.gpu_indices if i in cols]),
                                 a.gpu_milli, a.cpu_milli, a.memory_mib))
         for holds in by_row.values():
             holds.sort(key=_end)
         return cls(layout, by_row)
 
-    def plus(self, placed: Sequence[tuple[Placement, Request]], rows: np.ndarray) -> Holds:
-        """These holds and those of ``placed`` on ``rows`` (a row mask) — this cycle's
-        placements, until their requests' time limits (none: for ever); rows without a new
-        hold are shared, not copied."""
+    def plus(self, placed: Sequence[tuple[Placement, Request]], rows: np.ndarray | None = None,
+             ends: Callable[[float], float] | None = None) -> Holds:
+        """These holds and those of ``placed`` on ``rows`` (a row mask; None: all) — this
+        cycle's placements, until their requests' time limits (none: for ever), or
+        ``ends(limit seconds)`` seconds from now; rows without a new hold are shared, not
+        copied."""
         layout = self.layout
         by_row = dict(self.by_row)
         touched = set()
         for p, r in placed:
             if r.time_limit is None:
                 continue
+            limit = r.time_limit.total_seconds()
+            end = ends(limit) if ends is not None else limit
             for part in p.assignments:
                 row = layout.row_of[part.node]
-                if not rows[row]:
+                if rows is not None and not rows[row]:
                     continue
                 cols = layout.column_of[row]
                 if row not in touched:
                     by_row[row] = list(by_row.get(row, ()))
                     touched.add(row)
-                by_row[row].append((r.time_limit.total_seconds(),
+                by_row[row].append((end,
                                     tuple(cols[i] for i in part.gpu_indices),
                                     part.gpu_milli, part.cpu_milli, part.memory_mib))
         for row in touched:
@@ -248,6 +255,13 @@ def _parts(request: Request, gpu: list[int], cpu: int, mem: int, cap: int) -> in
     return min(n, gpu.count(MILLI_PER_GPU) // request.gpus)
 
 
+def release_gpus(gpu: list[int], cols: Sequence[int], milli: int) -> None:
+    """Give ``milli`` back to each of the columns ``cols`` of ``gpu`` (free milli per GPU,
+    changed in place), never past a whole card."""
+    for col in cols:
+        gpu[col] = min(gpu[col] + milli, MILLI_PER_GPU)
+
+
 def _release_together(mine: list, i: int, gpu: list[int]) -> tuple[int, int, int]:
     """Release the holds of ``mine`` (one row's, in end order) from ``i`` on that end at
     the same moment: their GPU milli back onto ``gpu`` (changed in place). Returns the
@@ -256,8 +270,7 @@ def _release_together(mine: list, i: int, gpu: list[int]) -> tuple[int, int, int
     cpu = mem = 0
     while i < len(mine) and mine[i][0] == at:
         _, cols, milli, c, m = mine[i]
-        for col in cols:
-            gpu[col] = min(gpu[col] + milli, MILLI_PER_GPU)
+        release_gpus(gpu, cols, milli)
         cpu += c
         mem += m
         i += 1
