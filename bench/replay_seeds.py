@@ -105,9 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                 e = results[mix, s, "engine"]["queueing_delay_s"]
                 b = results[mix, s, "bestfit"]["queueing_delay_s"]
                 for c in CLASSES:
-                    if c in e and c in b:
-                        if e[c]["max"] > min(b[c]["max"], HOUR):
-                            misses.append(f"{s}:{c} {e[c]['max']:.0f}/{b[c]['max']:.0f}")
+                    if c in e and c in b and e[c]["max"] > min(b[c]["max"], HOUR):
+                        misses.append(f"{s}:{c} {e[c]['max']:.0f}/{b[c]['max']:.0f}")
             print("  seeds missing the target (engine max > min(bestfit max, 1 h)), "
                   "engine/bestfit max: "
                   + (", ".join(misses) if misses else "none"))

@@ -71,6 +71,7 @@ from gpu_pool.engine.greedy import (
     best_greedy,
     greedy_order,
     headroom_scopes,
+    row_ends,
 )
 from gpu_pool.engine.objective import RequestView, aged_weights, build_view, view_key
 from gpu_pool.engine.quota import QuotaBook
@@ -213,7 +214,8 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     start_state = state.copy()
     start = Cycle(start_state, book.remaining(), policy.critical_headroom_gpus,
                   mix if len(mix) else None, decisions=max(len(eligible), 1),
-                  scopes=headroom_scopes(start_state, policy.headroom))
+                  scopes=headroom_scopes(start_state, policy.headroom),
+                  ends=row_ends(start_state, allocations_usage, now))
     ordered = greedy_order(eligible, weights, usage)  # fair share breaks ties of weight
     static_views = views
     decision = zones.decide(ordered, views, state, allocations_usage, policy, now)
