@@ -1,7 +1,12 @@
 """One placement cycle of the engine on synthetic fleets, from 100 x 50 to 20,000 x 10,000.
 
 Run: ``.venv/bin/python bench/placement_scale.py [--sizes 100x50,1000x500] [--seed 7]
-[--seeds 1-20]``.
+[--seeds 1-20] [--time-limits]``.
+
+``--time-limits``: the running work and the queue declare time limits (reservations get
+expected starts, the start estimates have ends to walk); each row is followed by the
+number of start estimates and the plan's wall time with ``start_estimates=0``, on the same
+snapshot: what the estimates cost.
 
 Each fleet mixes five GPU models (A100, H100, L40S, T4, V100) over three zones, with 1/2/4/8
 GPUs per node, about a third of its GPUs already held by active allocations (whole and
@@ -28,6 +33,7 @@ and wall times scale with that figure.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import random
@@ -65,8 +71,12 @@ SIZES = ((100, 50), (1000, 500), (5000, 2000), (20000, 10000))
 TEMPLATES = 60
 
 
-def synthetic_snapshot(pending: int, nodes: int, seed: int) -> Snapshot:
+def synthetic_snapshot(pending: int, nodes: int, seed: int, limits: bool = False) -> Snapshot:
+    """The fleet and queue of ``seed``; ``limits``: the running work ends by a time limit
+    0.5-24 h from now and each request declares one of 1-48 h (drawn from a second
+    generator, so the fleet and queue are those without limits)."""
     rng = random.Random(seed)
+    lim = random.Random(seed + 1_000_003)
     fleet: list[Node] = []
     for i in range(nodes):
         model = rng.choice(list(MODELS))
@@ -83,7 +93,8 @@ def synthetic_snapshot(pending: int, nodes: int, seed: int) -> Snapshot:
             allocations.append(Allocation(
                 f"run-{node.name}-{j}", node.name, (j,), 500 if share else 1000, 8000,
                 64 * 1024, rng.choice(TEAMS), Purpose.TRAINING, PriorityClass.NORMAL,
-                node.gpu_model, NOW - timedelta(hours=3)))
+                node.gpu_model, NOW - timedelta(hours=3),
+                ends_by=NOW + timedelta(hours=lim.uniform(0.5, 24)) if limits else None))
     # A queue comes from pipelines: each template is one (team, job) that submits many
     # requests of one shape, model set and dataset; priority, age and readiness vary.
     templates = []
@@ -108,7 +119,8 @@ def synthetic_snapshot(pending: int, nodes: int, seed: int) -> Snapshot:
             gpus=gpus, gpu_milli=milli, nodes=parts, gpu_models=models,
             cpu_milli=gpus * 4000, memory_mib=gpus * 32 * 1024, dataset=ds,
             data_ready=rng.random() > 0.03,
-            submitted_at=NOW - timedelta(minutes=rng.randint(0, 720))))
+            submitted_at=NOW - timedelta(minutes=rng.randint(0, 720)),
+            time_limit=timedelta(hours=lim.uniform(1, 48)) if limits else None))
     total_gpus = sum(n.gpu_count for n in fleet)
     quotas = tuple(Quota(t, p, round(total_gpus * share), NOW - timedelta(days=1),
                          NOW + timedelta(days=30), borrow_limit_gpus=round(total_gpus * 0.05))
@@ -162,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--seeds", type=seed_range, default=None,
                         help="also the spread over these seeds, e.g. 1-20")
+    parser.add_argument("--time-limits", action="store_true",
+                        help="running work and requests declare time limits; each row is "
+                             "followed by the plan's time without start estimates")
     args = parser.parse_args(argv)
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python "
@@ -176,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     print(head)
     print("-" * len(head))
     for pending, nodes in sizes:
-        snap = synthetic_snapshot(pending, nodes, args.seed)
+        snap = synthetic_snapshot(pending, nodes, args.seed, args.time_limits)
         t = time.perf_counter()
         base = greedy_plan(snap)
         greedy_s = time.perf_counter() - t
@@ -191,6 +206,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{st.objective:>16.0f} {st.greedy_objective:>16.0f} "
               f"{ub if ub is not None else float('nan'):>16.0f} {gap:>6} "
               f"{len(result.placements):>7} {len(base.placements):>13}{detail}")
+        if args.time_limits:
+            bare = dataclasses.replace(snap, policy=dataclasses.replace(snap.policy,
+                                                                        start_estimates=0))
+            t = time.perf_counter()
+            plan(bare)
+            print(f"{'':>16} start estimates: {len(result.estimates)} of "
+                  f"{len(result.pending)} waiting; plan without them {time.perf_counter() - t:.3f} s")
         if st.objective < st.greedy_objective:
             print("  ERROR: plan below greedy", file=sys.stderr)
             return 1

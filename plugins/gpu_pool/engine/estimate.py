@@ -191,6 +191,9 @@ def estimate_starts(state: FleetState, waiting: Sequence[Request],
         return False
 
     # now: what already fits (the plan may have left it for headroom or order)
+    # A gang's rows where one part fits: capacity grows only on the rows a hold end frees,
+    # so these sets follow the ends, not a pass over every row of the gang per end.
+    ready: dict[str, set[int]] = {}
     for r in todo:
         mask = allowed[r.name]
         cand = np.flatnonzero(mask)
@@ -199,6 +202,8 @@ def estimate_starts(state: FleetState, waiting: Sequence[Request],
         fit_now = cand[_parts_now(r, state, cand, 1) > 0]
         if len(fit_now) >= r.nodes:
             try_rows(r, fit_now.tolist(), 0.0)
+        if r.nodes > 1 and r.name not in started:
+            ready[r.name] = set(fit_now.tolist())
     left = [r for r in todo if r.name not in started]
     events = 0
     while left and heap and events < MAX_EVENTS:
@@ -212,9 +217,16 @@ def estimate_starts(state: FleetState, waiting: Sequence[Request],
         changed = sorted(set(changed))
         for r in left:
             mask = allowed[r.name]
-            if r.nodes > 1:
-                try_rows(r, np.flatnonzero(mask).tolist(), t)
-            else:
-                try_rows(r, [row for row in changed if mask[row]], t)
+            touched = [row for row in changed if mask[row]]
+            if not touched:
+                continue
+            if r.nodes == 1:
+                try_rows(r, touched, t)
+                continue
+            fitting = ready.setdefault(r.name, set())
+            fitting.update(row for row in touched if row_state(row).fits(r))
+            if len(fitting) >= r.nodes and not try_rows(r, sorted(fitting), t):
+                # work started since may have filled some: keep the rows that still fit
+                ready[r.name] = {row for row in fitting if row_state(row).fits(r)}
         left = [r for r in left if r.name not in started]
     return out
