@@ -36,7 +36,7 @@ CLASSES = ("critical", "high", "normal", "low")
 HOUR = 3600.0
 
 
-def _one(args: tuple[str, str, int, str, float, str]) -> tuple[str, dict]:
+def _one(args: tuple[str, str, int, str, float, str]) -> tuple[tuple[str, int, str], dict]:
     traces, mix, seed, policy, fraction, path = args
     folder = Path(traces)
     trace = load_trace(folder / "openb_node_list_gpu_node.csv",
@@ -45,7 +45,7 @@ def _one(args: tuple[str, str, int, str, float, str]) -> tuple[str, dict]:
         fleet_fraction=fraction, seed=seed)))
     summary.pop("allocation_by_hour_pct", None)
     Path(path).write_text(json.dumps(summary))
-    return path, summary
+    return (mix, seed, policy), summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,10 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     todo.append((args.traces, mix, seed, policy, args.fleet_fraction, str(path)))
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for path, summary in pool.map(_one, todo):
-            name = Path(path).stem
-            mix, seed, policy = name.rsplit("-", 2)
-            results[mix, int(seed), policy] = summary
+        for key, summary in pool.map(_one, todo):
+            results[key] = summary
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}; engine results: {out / args.tag}")
     print(f"seeds {args.seeds}, fleet fraction {args.fleet_fraction}; medians over seeds "

@@ -436,8 +436,9 @@ def lifetime_points(ends: np.ndarray, limit_s: float) -> np.ndarray:
 def row_ends(state: FleetState, allocations: Sequence[Allocation], now: datetime
              ) -> np.ndarray:
     """Per row: seconds from ``now`` until the last known work there ends (:attr:`Cycle.ends`):
-    0 on an empty row, the latest ``ends_by`` of its allocations when all have one, else
-    inf (work without a time limit, or capacity in use that no allocation explains)."""
+    0 on an empty row; inf on a row with an allocation without ``ends_by``, or with
+    capacity in use and no allocation at all; else the latest ``ends_by`` of its
+    allocations."""
     layout = state.layout
     gpu = state.gpu_free
     used = ((state.cpu_free < layout.cpu_total) | (state.mem_free < layout.mem_total)

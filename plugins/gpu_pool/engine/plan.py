@@ -215,7 +215,9 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     start = Cycle(start_state, book.remaining(), policy.critical_headroom_gpus,
                   mix if len(mix) else None, decisions=max(len(eligible), 1),
                   scopes=headroom_scopes(start_state, policy.headroom),
-                  ends=row_ends(start_state, allocations_usage, now))
+                  # lifetimes weigh only requests with a time limit: none, no pass
+                  ends=row_ends(start_state, allocations_usage, now)
+                  if any(r.time_limit is not None for r in eligible) else None)
     ordered = greedy_order(eligible, weights, usage)  # fair share breaks ties of weight
     static_views = views
     decision = zones.decide(ordered, views, state, allocations_usage, policy, now)
