@@ -41,6 +41,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="engine: a sharing-policy YAML document (gpu-pool policy check)")
     packing.set_defaults(func=packing_handler)
 
+    mix = add_command(group, "mix",
+                      "a task list with more GPU-sharing or model-naming tasks, made from a "
+                      "trace's own (the FGD paper's gpushareNN / gpuspecNN variants)")
+    mix.add_argument("--nodes", required=True,
+                     help="node list CSV: a task only names a model some node can hold it on")
+    mix.add_argument("--pods", required=True, help="task list CSV to start from")
+    mix.add_argument("--share-fraction", metavar="F",
+                     help="share tasks make F of the GPU requests (GPU-milli; gpushare40: 0.40)")
+    mix.add_argument("--model-fraction", metavar="F",
+                     help="tasks naming a GPU model make F of the GPU requests (gpuspec10: 0.11)")
+    mix.add_argument("--seed", default="42", help="seed of the draws (default 42)")
+    mix.add_argument("--out", required=True, metavar="OUT.csv", help="the task list written")
+    mix.set_defaults(func=mix_handler)
+
     replay = add_command(group, "replay",
                          "a working cluster over time: arrivals, durations, heartbeat cycles")
     replay.add_argument("--nodes", required=True, help="node list CSV (openb format)")
@@ -111,6 +125,38 @@ def packing_handler(args: argparse.Namespace) -> int:
     print(f"{label}: median unallocated GPU % = {summary['median_unallocated_pct']:.2f}")
     t = summary["decision_ms"]
     print(f"time per placement decision: median {t['median']:.3f} ms, worst {t['max']:.1f} ms")
+    return 0
+
+
+def mix_handler(args: argparse.Namespace) -> int:
+    from gpu_pool.sim import mixes
+
+    if args.share_fraction is None and args.model_fraction is None:
+        raise SpecError("share-fraction", None, "--share-fraction F or --model-fraction F "
+                        "(or both), each a fraction of the GPU requests from 0 to 1")
+    fractions = {name: parse_number(getattr(args, name.replace("-", "_")), name, maximum=1)
+                 for name in ("share-fraction", "model-fraction")
+                 if getattr(args, name.replace("-", "_")) is not None}
+    seed = parse_int(args.seed, "seed", minimum=0, maximum=2**32 - 1)
+    out = check_output_file(args.out, "out")
+    trace = load_trace(args.nodes, args.pods)
+    tasks = trace.tasks
+    if "share-fraction" in fractions:
+        tasks = mixes.with_shares(tasks, fractions["share-fraction"], seed)
+    if "model-fraction" in fractions:
+        tasks = mixes.with_models(tasks, fractions["model-fraction"], seed, trace.nodes)
+    mixes.write_tasks(out, tasks)
+    summary = {"out": str(out), "tasks": len(tasks),
+               "share_fraction": mixes.share_fraction(tasks),
+               "model_fraction": mixes.model_fraction(tasks),
+               "changed": sum(a != b for a, b in zip(trace.tasks, tasks, strict=True))}
+    if args.json:
+        json.dump(summary, sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"wrote {summary['tasks']} tasks to {out} ({summary['changed']} changed): share "
+          f"tasks {summary['share_fraction']:.1%} and model-naming tasks "
+          f"{summary['model_fraction']:.1%} of the GPU requests")
     return 0
 
 
