@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 MILLI = 1000
+_REFRESH_CELLS = 1 << 20  # (node, GPU, shape) cells one refresh gathers at most: 8 MB
 
 
 @dataclass(frozen=True, order=True)
@@ -202,7 +203,11 @@ class FleetFragmentation:
         self.lt = np.zeros((n, len(shapes)), dtype=np.float64)
         self.ge = np.zeros((n, len(shapes)), dtype=np.int64)
         self.frag = np.zeros(n, dtype=np.float64)
-        self.refresh(np.arange(n))
+        # In slices: one refresh gathers a (nodes x GPUs x shapes) table, 256 MB for
+        # 10,000 nodes x 400 shapes at once.
+        step = max(1, _REFRESH_CELLS // max(1, free_milli.shape[1] * len(shapes)))
+        for first in range(0, n, step):
+            self.refresh(np.arange(first, min(n, first + step)))
 
     def _combine(
         self,

@@ -60,6 +60,10 @@ FGD_DECISIONS = 200
 # Candidate nodes x mix shapes FGD may score for one decision (about 5 ms of numpy at the
 # limit on this 2-core machine). openb's traces need 1,213 nodes x 145 to 332 shapes.
 FGD_CELLS = 500_000
+# Nodes x mix shapes the FGD measure may cover: it is built once over the whole fleet (a
+# long-lived state keeps it, see plan_on_state) and kept up to date per placement; two
+# 8-byte arrays per cell, 64 MB at the limit. A fleet and mix beyond it use best-fit.
+FGD_CACHE_CELLS = 4_000_000
 # FGD score points a node's place in the fixed fill order is worth (see node_cost).
 ORDER_POINTS = 4.0
 # A mix shape at most this share of the nodes can hold is scarce (see node_order).
@@ -186,6 +190,8 @@ class Cycle:
         if self.mix is None or not len(self.mix) or self.decisions > FGD_DECISIONS:
             return None
         if candidates * len(self.mix) > FGD_CELLS:
+            return None
+        if self._frag is None and len(self.mix) * self.state.size > FGD_CACHE_CELLS:
             return None
         if self._frag is None:
             self._frag = self.state.fragmentation(self.mix)
