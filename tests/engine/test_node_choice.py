@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from engine_factories import NOW, make_node, make_request
 
 from gpu_pool.engine import FleetState, plan_on_state
 from gpu_pool.engine.fragmentation import TaskShape, WorkloadMix
-from gpu_pool.engine.greedy import ORDER_POINTS, node_order
+from gpu_pool.engine.greedy import FGD_CELLS, ORDER_POINTS, node_order
 from gpu_pool.engine.types import NodeAssignment, Placement
 from gpu_pool.model import Policy
 
@@ -75,3 +76,33 @@ def test_nodes_that_alone_hold_a_scarce_shape_are_filled_last() -> None:
     assert (np.argsort(node_order(state, plain)) == np.argsort(crc_rank)).all()
     plan = plan_on_state(state, [task], policy=Policy(), now=NOW, workload_mix=plain)
     assert plan.placements[0].assignments[0].node == big
+
+
+def test_a_long_lived_state_keeps_its_fgd_measure_for_a_mix_beyond_one_decisions_cells(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # 1,000 nodes x 501 shapes exceed the cells one decision may score (FGD_CELLS); trace
+    # mixes where a third of GPU requests name a model have 520 shapes over 1,213 nodes.
+    # A request naming a scarce model scores few candidates, so the measure is used every
+    # cycle: it must be built once on the caller's state, not once per cycle.
+    from gpu_pool.engine import fragmentation
+
+    nodes = [make_node(f"t{i:04d}", "T4", 4) for i in range(999)] + [make_node("v", "V100", 4)]
+    shapes = tuple(TaskShape(1, 1 + k % 1000, 1000 * (k // 1000)) for k in range(501))
+    assert len(nodes) * len(shapes) > FGD_CELLS >= len(shapes)
+    mix = WorkloadMix(shapes, (1 / len(shapes),) * len(shapes))
+    built: list[int] = []
+    original = fragmentation.FleetFragmentation.__init__
+
+    def counting(self, *args, **kwargs) -> None:
+        built.append(1)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(fragmentation.FleetFragmentation, "__init__", counting)
+    state = FleetState.from_nodes(nodes)
+    for k in range(3):
+        request = make_request(f"r{k}", milli=500, models=("V100",))
+        plan = plan_on_state(state, [request], policy=Policy(), now=NOW, workload_mix=mix)
+        (p,) = plan.placements
+        assert p.assignments[0].node == "v"
+        state.apply(p)
+    assert len(built) == 1

@@ -118,3 +118,19 @@ def test_fleet_index_matches_the_scalar_definition() -> None:
     n = int(ok[0])
     want = expected_fragment(list(free[n]), int(cpu[n]), int(mem[n]), models[n], mix)
     assert index.frag[n] == pytest.approx(want)
+
+
+def test_a_fleet_built_in_slices_matches_the_scalar_definition(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpu_pool.engine.fragmentation as fragmentation
+
+    # Slices of a few rows (8 GPUs x 3 shapes = 24 cells a row, 50 cells a slice: 2 rows).
+    monkeypatch.setattr(fragmentation, "_REFRESH_CELLS", 50)
+    rng = np.random.default_rng(11)
+    free, cpu, mem, models = _random_fleet(rng, 9)
+    mix = WorkloadMix((ONE_GPU, HALF, T4_ONLY), (0.5, 0.3, 0.2))
+    index = FleetFragmentation(free, cpu, mem, models, mix)
+    for n in range(len(models)):
+        want = expected_fragment([int(v) for v in free[n]], int(cpu[n]), int(mem[n]),
+                                 models[n], mix)
+        assert index.frag[n] == pytest.approx(want)
