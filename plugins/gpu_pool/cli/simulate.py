@@ -134,17 +134,18 @@ def mix_handler(args: argparse.Namespace) -> int:
     if args.share_fraction is None and args.model_fraction is None:
         raise SpecError("share-fraction", None, "--share-fraction F or --model-fraction F "
                         "(or both), each a fraction of the GPU requests from 0 to 1")
-    fractions = {name: parse_number(getattr(args, name.replace("-", "_")), name, maximum=1)
-                 for name in ("share-fraction", "model-fraction")
-                 if getattr(args, name.replace("-", "_")) is not None}
+    share = (None if args.share_fraction is None
+             else parse_number(args.share_fraction, "share-fraction", maximum=1))
+    model = (None if args.model_fraction is None
+             else parse_number(args.model_fraction, "model-fraction", maximum=1))
     seed = parse_int(args.seed, "seed", minimum=0, maximum=2**32 - 1)
     out = check_output_file(args.out, "out")
     trace = load_trace(args.nodes, args.pods)
     tasks = trace.tasks
-    if "share-fraction" in fractions:
-        tasks = mixes.with_shares(tasks, fractions["share-fraction"], seed)
-    if "model-fraction" in fractions:
-        tasks = mixes.with_models(tasks, fractions["model-fraction"], seed, trace.nodes)
+    if share is not None:
+        tasks = mixes.with_shares(tasks, share, seed)
+    if model is not None:
+        tasks = mixes.with_models(tasks, model, seed, trace.nodes)
     mixes.write_tasks(out, tasks)
     summary = {"out": str(out), "tasks": len(tasks),
                "share_fraction": mixes.share_fraction(tasks),

@@ -61,8 +61,9 @@ FGD_DECISIONS = 200
 # limit on this 2-core machine). openb's traces need 1,213 nodes x 145 to 332 shapes.
 FGD_CELLS = 500_000
 # Nodes x mix shapes the FGD measure may cover: it is built once over the whole fleet (a
-# long-lived state keeps it, see plan_on_state) and kept up to date per placement; two
-# 8-byte arrays per cell, 64 MB at the limit. A fleet and mix beyond it use best-fit.
+# long-lived state keeps it, see plan_on_state) and kept up to date per placement; 6
+# bytes per cell (int32 and int16 caches), 24 MB at the limit. A fleet and mix beyond it
+# use best-fit.
 FGD_CACHE_CELLS = 4_000_000
 # FGD score points a node's place in the fixed fill order is worth (see node_cost).
 ORDER_POINTS = 4.0
@@ -191,9 +192,9 @@ class Cycle:
             return None
         if candidates * len(self.mix) > FGD_CELLS:
             return None
-        if self._frag is None and len(self.mix) * self.state.size > FGD_CACHE_CELLS:
-            return None
         if self._frag is None:
+            if len(self.mix) * self.state.size > FGD_CACHE_CELLS:
+                return None
             self._frag = self.state.fragmentation(self.mix)
         return self._frag
 

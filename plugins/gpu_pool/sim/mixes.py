@@ -34,10 +34,7 @@ from pathlib import Path
 
 from gpu_pool.engine.fragmentation import MILLI
 from gpu_pool.errors import SpecError
-from gpu_pool.sim.trace import TraceNode, TraceTask
-
-OUT_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
-               "pod_phase", "creation_time", "deletion_time", "scheduled_time")
+from gpu_pool.sim.trace import TASK_COLUMNS, TASK_OPTIONAL, TraceNode, TraceTask
 
 
 def _requested(task: TraceTask) -> int:
@@ -144,7 +141,7 @@ def write_tasks(path: str | Path, tasks: Sequence[TraceTask]) -> None:
         os.fchmod(fd, 0o644)  # mkstemp's 0600 would make the task list private
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
-            writer.writerow(OUT_COLUMNS)
+            writer.writerow(TASK_COLUMNS + TASK_OPTIONAL)  # the order of the row below
             for t in tasks:
                 writer.writerow([t.name, t.cpu_milli, t.memory_mib, t.num_gpu, t.gpu_milli,
                                  t.gpu_spec_text, t.qos or "", t.pod_phase or "",
