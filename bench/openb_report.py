@@ -293,6 +293,12 @@ def sharing_levels(traces, args: argparse.Namespace, data: Path,
                             args.cached_only)
             if result is not None:
                 cells[policy] = result
+        path = (data / f"packing_default_engine_b{args.batch}.json" if label == "default"
+                else data / f"sharelevel_{label}_engine_b{args.batch}.json")
+        result = cached(path, args.fresh, lambda t=trace: packing_summary(
+            t, run_policy(t, "engine", seeds, batch=args.batch)), args.cached_only)
+        if result is not None:
+            cells["batch"] = result
         bound = bound_cell(trace, seeds, data / f"bound_{label}.json", args.fresh,
                            args.cached_only)
         if bound is not None:
@@ -308,6 +314,10 @@ def plot_sharing(sharing: dict[float, dict[str, dict]], out: Path) -> str:
         pts = [(100 * x, sharing[x][policy]["median_unallocated_pct"]) for x in xs
                if policy in sharing[x]]
         ax.plot(*zip(*pts, strict=True), marker="o", label=policy)
+    pts = [(100 * x, sharing[x]["batch"]["median_unallocated_pct"]) for x in xs
+           if "batch" in sharing[x]]
+    if pts:
+        ax.plot(*zip(*pts, strict=True), marker="o", linestyle="--", label="engine, batches")
     pub = PUBLISHED["gpushare40"]
     ax.scatter([40.1] * 2, [pub["fgd"], pub["bestfit"]], marker="x", color="black",
                label="published gpushare40 (fgd, bestfit)")
@@ -349,8 +359,9 @@ def render_sharing(sharing: dict[float, dict[str, dict]], args: argparse.Namespa
            if "gpushare40" in packing else "") + ".",
         "",
         "| share of GPU requests | " + " | ".join(SHARING_POLICIES)
-        + " | bound | engine - fgd | engine ms per decision (median / worst) |",
-        "|---" * (len(SHARING_POLICIES) + 4) + "|",
+        + f" | engine --batch {args.batch} | bound | engine - fgd "
+        "| engine ms per decision (median / worst) |",
+        "|---" * (len(SHARING_POLICIES) + 5) + "|",
     ]
     for fraction in sorted(sharing):
         cells = sharing[fraction]
@@ -362,7 +373,10 @@ def render_sharing(sharing: dict[float, dict[str, dict]], args: argparse.Namespa
               f"{cells['engine']['decision_ms']['max']:.0f}" if "engine" in cells else "")
         bound = (f"{cells['bound']['median_unallocated_pct']:.2f}" if "bound" in cells
                  else "not run")
-        lines.append(f"| {fraction:.1%} | " + " | ".join(vals) + f" | {bound} | {gap} | {ms} |")
+        batch = (f"{cells['batch']['median_unallocated_pct']:.2f}" if "batch" in cells
+                 else "not run")
+        lines.append(f"| {fraction:.1%} | " + " | ".join(vals)
+                     + f" | {batch} | {bound} | {gap} | {ms} |")
     lines += [
         "",
         "How to read it: the bound pools each node group's GPU milli, CPU and memory, while "

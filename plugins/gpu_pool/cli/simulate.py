@@ -48,7 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="node list CSV: a task only names a model some node can hold it on")
     mix.add_argument("--pods", required=True, help="task list CSV to start from")
     mix.add_argument("--share-fraction", metavar="F",
-                     help="share tasks make F of the GPU requests (GPU-milli; gpushare40: 0.40)")
+                     help="share tasks make F of the GPU requests (GPU-milli; gpushare40: "
+                          "0.40): whole-GPU tasks are replaced by copies of the trace's own "
+                          "share tasks")
     mix.add_argument("--model-fraction", metavar="F",
                      help="tasks naming a GPU model make F of the GPU requests (gpuspec10: 0.11)")
     mix.add_argument("--seed", default="42", help="seed of the draws (default 42)")
