@@ -4,11 +4,13 @@
 
 Every trace folder holding ``openb_node_list_gpu_node.csv`` and ``openb_pod_list_*.csv`` is
 benchmarked: packing with every policy (and the engine with ``--batch``), replay (where the
-task list has timestamps) with engine, fifo and bestfit. From ``default``, mixes where a
-growing share of the GPU requests take part of a card (``--share-levels``, made as
-:func:`gpu_pool.sim.mixes.with_shares` makes them) are packed with engine, fgd and bestfit. Each result is kept as JSON under
-``OUT/data``; a rerun reuses those files unless ``--fresh`` is given, so the report can be
-rebuilt without recomputing. Writes ``OUT/openb.md`` and its PNG plots.
+task list has timestamps) with engine, fifo and bestfit; per trace and seed the LP bound
+(:mod:`gpu_pool.sim.bound`). From ``default``, mixes where a growing share of the GPU
+requests take part of a card (``--share-levels``, made as
+:func:`gpu_pool.sim.mixes.with_shares` makes them) are packed with engine (online and
+``--batch``), fgd and bestfit. Each result is kept as JSON under ``OUT/data``; a rerun
+reuses those files unless ``--fresh`` is given, so the report can be rebuilt without
+recomputing. Writes ``OUT/openb.md`` and its PNG plots.
 """
 
 from __future__ import annotations
@@ -201,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cached-only", action="store_true",
                         help="render only what is already under OUT/data")
     args = parser.parse_args(argv)
+    levels = parse_levels(args.share_levels)  # refused before hours of runs, not after
     out = Path(args.out)
     data = out / "data"
     data.mkdir(parents=True, exist_ok=True)
@@ -248,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.cached_only)
             if result is not None:
                 replay[name][policy] = result
-    sharing = sharing_levels(traces, args, data, seeds)
+    sharing = sharing_levels(traces, levels, args, data, seeds)
     (out / "openb.md").write_text(render(packing, replay, args, out, sharing, bounds))
     print(f"wrote {out / 'openb.md'}")
     return 0
@@ -265,16 +268,17 @@ def parse_levels(text: str) -> list[float]:
     return levels
 
 
-def sharing_levels(traces, args: argparse.Namespace, data: Path,
+def sharing_levels(traces, levels: list[float], args: argparse.Namespace, data: Path,
                    seeds: tuple[int, ...]) -> dict[float, dict[str, dict]]:
-    """Packing of engine, fgd and bestfit on mixes made from default at each share level,
-    keyed by the mix's measured share fraction (default itself included)."""
+    """Packing of engine (online and in batches), fgd and bestfit, and the LP bound, on
+    mixes made from default at each share level, keyed by the mix's measured share
+    fraction (default itself included)."""
     found = [(nodes, pods) for name, nodes, pods in traces if name == "default"]
     if not found:
         return {}
     base = load_trace(*found[0])
     made: list[tuple[float, Trace, str]] = [(share_fraction(base.tasks), base, "default")]
-    for level in parse_levels(args.share_levels):
+    for level in levels:
         if level <= made[0][0]:
             continue
         tasks = with_shares(base.tasks, level, args.share_seed)

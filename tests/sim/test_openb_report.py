@@ -9,6 +9,8 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
+
 DATA = Path(__file__).resolve().parents[1] / "data"
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "openb_report.py"
 
@@ -44,3 +46,11 @@ def test_report_on_the_excerpt_with_share_levels(tmp_path: Path) -> None:
     # A rerun renders the same report from the cache alone.
     assert _report().main([*argv, "--cached-only"]) == 0
     assert (out / "openb.md").read_text() == text
+
+
+def test_bad_share_levels_are_refused_before_any_run(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as err:
+        _report().main(["--traces", str(tmp_path), "--out", str(tmp_path / "out"),
+                        "--share-levels", "0.4,1.5"])
+    assert "--share-levels" in str(err.value) and "'0.4,1.5'" in str(err.value)
+    assert not (tmp_path / "out").exists()
