@@ -284,7 +284,11 @@ def parse_datetime(value: Any, field: str) -> datetime:
             raise SpecError(field, value, _TIME_HINT) from None
     else:
         raise SpecError(field, value, _TIME_HINT)
-    result = result.replace(tzinfo=UTC) if result.tzinfo is None else result.astimezone(UTC)
+    try:
+        result = (result.replace(tzinfo=UTC) if result.tzinfo is None
+                  else result.astimezone(UTC))
+    except OverflowError:  # '0001-01-01T00:00+00:01' is before the year 1 in UTC
+        raise SpecError(field, value, _TIME_HINT) from None
     if not limits.EARLIEST <= result < limits.LATEST:
         raise SpecError(field, value, _TIME_HINT)
     return result

@@ -62,6 +62,13 @@ def test_naive_times_are_utc() -> None:
     assert parse_datetime("2026-12-31T18:00:00Z", "x").hour == 18
 
 
+@pytest.mark.parametrize("value", ["0001-01-01T00:00:00+00:01", "9999-12-31T23:59:59-00:01"])
+def test_a_time_that_leaves_the_calendar_in_utc_is_a_spec_error(value: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_datetime(value, "expires_at")
+    assert err.value.field == "expires_at" and value in str(err.value)
+
+
 @pytest.mark.parametrize(("fields", "shape"), [
     ({"gpus": 4}, (1, 4, 1000)),
     ({"gpu_share": 250}, (1, 1, 250)),

@@ -65,10 +65,14 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def _aware(when: datetime | None) -> datetime | None:
+def _aware(when: datetime | None, field: str) -> datetime | None:
     if when is None:
         return None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    try:
+        return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    except OverflowError:  # '0001-01-01T00:00+00:01' falls before the year 1 in UTC
+        raise SpecError(field, when.isoformat(), "a time that stays within the years 1 to "
+                        "9999 in UTC, like '2026-12-31T18:00:00Z'") from None
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -152,8 +156,8 @@ def create_app(store_factory: Callable[[], Store] | None = None,
     def put_quota(change: QuotaChange, user: AdminUser) -> QuotaOut:
         now = clock()
         data = change.model_dump()
-        data["valid_from"] = _aware(change.valid_from) or now
-        data["expires_at"] = _aware(change.expires_at)
+        data["valid_from"] = _aware(change.valid_from, "valid_from") or now
+        data["expires_at"] = _aware(change.expires_at, "expires_at")
         s = store()
         current = in_force()
         quota = parse_quota(data, policy=current, known_teams={t.name for t in s.list_teams()})
@@ -184,7 +188,7 @@ def create_app(store_factory: Callable[[], Store] | None = None,
     def get_ledger(since: datetime | None = None, until: datetime | None = None,
                    team: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
                    ) -> list[LedgerEntryOut]:
-        since, until = _aware(since), _aware(until)
+        since, until = _aware(since, "since"), _aware(until, "until")
         if since and until and until <= since:
             raise SpecError("until", until.isoformat(),
                             f"a time after since ({since.isoformat()})")
@@ -297,8 +301,9 @@ def create_app(store_factory: Callable[[], Store] | None = None,
     def post_freeze(team: str, freeze: FreezeIn, user: CurrentUser) -> FreezeOut:
         known_team(team)
         who = require_lead_or_admin(user, team, f"freeze team {team}")
-        return freeze_out(store().set_freeze(team, _aware(freeze.until), freeze.reason, who,
-                                             starts_at=_aware(freeze.starts_at),
+        return freeze_out(store().set_freeze(team, _aware(freeze.until, "until"),
+                                             freeze.reason, who,
+                                             starts_at=_aware(freeze.starts_at, "starts_at"),
                                              critical_only=freeze.critical_only))
 
     @app.post("/api/freezes/{freeze_id}/lift", dependencies=auth, response_model=FreezeOut,
@@ -338,8 +343,8 @@ def create_app(store_factory: Callable[[], Store] | None = None,
         """Every change — quota, node, template, approval, freeze, member, policy, lending:
         who, when, before, after."""
         known_team(team)
-        found = store().audit(team=team, kind=kind, actor=actor, since=_aware(since),
-                              until=_aware(until), limit=limit)
+        found = store().audit(team=team, kind=kind, actor=actor, since=_aware(since, "since"),
+                              until=_aware(until, "until"), limit=limit)
         return [AuditEventOut(at=e.at, kind=e.kind, subject=e.subject, actor=e.actor,
                               reason=e.reason, before=e.data.get("before"),
                               after=e.data.get("after"), data=dict(e.data)) for e in found]
