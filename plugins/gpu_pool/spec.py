@@ -272,6 +272,17 @@ _TIME_HINT = (f"an ISO 8601 time like '2026-12-31' or '2026-12-31T18:00:00Z', fr
               f"{limits.EARLIEST:%Y} to {limits.LATEST.year - 1}")
 
 
+def as_utc(when: datetime, field: str, expected: str, shown: Any = None) -> datetime:
+    """``when`` in UTC (a naive time is taken as UTC). A time that leaves the calendar once
+    moved ('0001-01-01T00:00+00:01' falls before the year 1) is a :class:`SpecError` on
+    ``field`` showing ``shown`` (default: ``when`` in ISO 8601)."""
+    try:
+        return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    except OverflowError:
+        raise SpecError(field, when.isoformat() if shown is None else shown,
+                        expected) from None
+
+
 def parse_datetime(value: Any, field: str) -> datetime:
     """An aware UTC datetime from a datetime or an ISO 8601 string, within the years
     :data:`~gpu_pool.limits.EARLIEST` to :data:`~gpu_pool.limits.LATEST`."""
@@ -284,11 +295,7 @@ def parse_datetime(value: Any, field: str) -> datetime:
             raise SpecError(field, value, _TIME_HINT) from None
     else:
         raise SpecError(field, value, _TIME_HINT)
-    try:
-        result = (result.replace(tzinfo=UTC) if result.tzinfo is None
-                  else result.astimezone(UTC))
-    except OverflowError:  # '0001-01-01T00:00+00:01' is before the year 1 in UTC
-        raise SpecError(field, value, _TIME_HINT) from None
+    result = as_utc(result, field, _TIME_HINT, shown=value)
     if not limits.EARLIEST <= result < limits.LATEST:
         raise SpecError(field, value, _TIME_HINT)
     return result

@@ -52,7 +52,7 @@ from gpu_pool.api.schemas import (
 from gpu_pool.errors import ConflictError, NotFoundError, SpecError, StoreError
 from gpu_pool.model import NodeState, Policy
 from gpu_pool.ops import crosszone
-from gpu_pool.spec import parse_name, parse_quota, parse_text
+from gpu_pool.spec import as_utc, parse_name, parse_quota, parse_text
 from gpu_pool.store import Store, resolve_db_url
 from gpu_pool.store.codec import py_time
 
@@ -68,11 +68,8 @@ def _utcnow() -> datetime:
 def _aware(when: datetime | None, field: str) -> datetime | None:
     if when is None:
         return None
-    try:
-        return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
-    except OverflowError:  # '0001-01-01T00:00+00:01' falls before the year 1 in UTC
-        raise SpecError(field, when.isoformat(), "a time that stays within the years 1 to "
-                        "9999 in UTC, like '2026-12-31T18:00:00Z'") from None
+    return as_utc(when, field, "a time that stays within the years 1 to 9999 in UTC, like "
+                  "'2026-12-31T18:00:00Z'")
 
 
 def _validation_message(exc: RequestValidationError) -> str:
