@@ -216,9 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     packing: dict[str, dict[str, dict]] = {}
     bounds: dict[str, dict] = {}
     replay: dict[str, dict[str, dict]] = {}
+    loaded: dict[str, Trace] = {}
     for name, nodes, pods in traces:
         print(f"{name}:", flush=True)
-        trace = load_trace(nodes, pods)
+        trace = loaded[name] = load_trace(nodes, pods)
         bound = bound_cell(trace, seeds, data / f"bound_{name}.json", args.fresh,
                            args.cached_only)
         if bound is not None:
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.cached_only)
             if result is not None:
                 replay[name][policy] = result
-    sharing = sharing_levels(traces, levels, args, data, seeds)
+    sharing = sharing_levels(loaded.get("default"), levels, args, data, seeds)
     (out / "openb.md").write_text(render(packing, replay, args, out, sharing, bounds))
     print(f"wrote {out / 'openb.md'}")
     return 0
@@ -268,15 +269,13 @@ def parse_levels(text: str) -> list[float]:
     return levels
 
 
-def sharing_levels(traces, levels: list[float], args: argparse.Namespace, data: Path,
-                   seeds: tuple[int, ...]) -> dict[float, dict[str, dict]]:
+def sharing_levels(base: Trace | None, levels: list[float], args: argparse.Namespace,
+                   data: Path, seeds: tuple[int, ...]) -> dict[float, dict[str, dict]]:
     """Packing of engine (online and in batches), fgd and bestfit, and the LP bound, on
-    mixes made from default at each share level, keyed by the mix's measured share
-    fraction (default itself included)."""
-    found = [(nodes, pods) for name, nodes, pods in traces if name == "default"]
-    if not found:
+    mixes made from ``base`` (the default trace) at each share level, keyed by the mix's
+    measured share fraction (default itself included: its cells are the packing table's)."""
+    if base is None:
         return {}
-    base = load_trace(*found[0])
     made: list[tuple[float, Trace, str]] = [(share_fraction(base.tasks), base, "default")]
     for level in levels:
         if level <= made[0][0]:
@@ -285,24 +284,21 @@ def sharing_levels(traces, levels: list[float], args: argparse.Namespace, data: 
         label = f"share{round(level * 100)}_seed{args.share_seed}"
         made.append((share_fraction(tasks), Trace(base.nodes, tasks, base.nodes_path,
                                                   f"{base.tasks_path} {label}"), label))
+    runs = [(p, p, 1) for p in SHARING_POLICIES] + [("batch", "engine", args.batch)]
     out: dict[float, dict[str, dict]] = {}
     for fraction, trace, label in made:
         print(f"sharing {label} ({fraction:.1%}):", flush=True)
         cells = {}
-        for policy in SHARING_POLICIES:
-            path = (data / f"packing_default_{policy}_b1.json" if label == "default"
-                    else data / f"sharelevel_{label}_{policy}.json")
+        for key, policy, batch in runs:
+            suffix = "" if batch == 1 else f"_b{batch}"
+            path = (data / f"packing_default_{policy}_b{batch}.json" if label == "default"
+                    else data / f"sharelevel_{label}_{policy}{suffix}.json")
             result = cached(path, args.fresh,
-                            lambda p=policy, t=trace: packing_summary(t, run_policy(t, p, seeds)),
+                            lambda p=policy, b=batch, t=trace: packing_summary(
+                                t, run_policy(t, p, seeds, batch=b)),
                             args.cached_only)
             if result is not None:
-                cells[policy] = result
-        path = (data / f"packing_default_engine_b{args.batch}.json" if label == "default"
-                else data / f"sharelevel_{label}_engine_b{args.batch}.json")
-        result = cached(path, args.fresh, lambda t=trace: packing_summary(
-            t, run_policy(t, "engine", seeds, batch=args.batch)), args.cached_only)
-        if result is not None:
-            cells["batch"] = result
+                cells[key] = result
         bound = bound_cell(trace, seeds, data / f"bound_{label}.json", args.fresh,
                            args.cached_only)
         if bound is not None:
@@ -345,7 +341,8 @@ def render_sharing(sharing: dict[float, dict[str, dict]], args: argparse.Namespa
     lines = [
         "## Packing at growing GPU sharing",
         "",
-        f"Engine at commit {args.sharing_engine_commit or engine_commit()}. Mixes made from `default` as the published `gpushare40` was made from it: whole-GPU "
+        f"Engine at commit {args.sharing_engine_commit or engine_commit()}. Mixes made "
+        "from `default` as the published `gpushare40` was made from it: whole-GPU "
         "tasks, chosen at random, each replaced by a copy of one of the trace's own share "
         "tasks (its CPU, memory and share come with it) until share tasks ask for the given "
         "fraction of the GPU-milli (`gpu-pool simulate mix --nodes NODES --pods "
@@ -371,8 +368,11 @@ def render_sharing(sharing: dict[float, dict[str, dict]], args: argparse.Namespa
         cells = sharing[fraction]
         vals = [f"{cells[p]['median_unallocated_pct']:.2f}" if p in cells else "not run"
                 for p in SHARING_POLICIES]
-        gap = (f"{cells['engine']['median_unallocated_pct'] - cells['fgd']['median_unallocated_pct']:+.2f}"
-               if "engine" in cells and "fgd" in cells else "")
+        gap = ""
+        if "engine" in cells and "fgd" in cells:
+            diff = (cells["engine"]["median_unallocated_pct"]
+                    - cells["fgd"]["median_unallocated_pct"])
+            gap = f"{diff:+.2f}"
         ms = (f"{cells['engine']['decision_ms']['median']:.2f} / "
               f"{cells['engine']['decision_ms']['max']:.0f}" if "engine" in cells else "")
         bound = (f"{cells['bound']['median_unallocated_pct']:.2f}" if "bound" in cells
@@ -390,9 +390,10 @@ def render_sharing(sharing: dict[float, dict[str, dict]], args: argparse.Namespa
         "loss is online bin packing of shares into cards, which no placement rule avoids "
         "without seeing arrivals ahead (bestfit: 958,510 milli, 93 whole GPUs). Our fgd port "
         "is 0.45 point above the published gpushare40 figure (6.50 against 6.05), so it does "
-        "not yet reproduce the paper within 0.3 point, and at 100 % it packs worse than bestfit (exact scores: 23 %), a trend the "
-        "paper does not show; the share-card choice, the integer score and the CPU-only "
-        "shapes of the mix were checked against the authors' code and match.",
+        "not yet reproduce the paper within 0.3 point, and at 100 % it packs worse than "
+        "bestfit (exact scores: 23 %), a trend the paper does not show; the share-card "
+        "choice, the integer score and the CPU-only shapes of the mix were checked against "
+        "the authors' code and match.",
     ]
     if all(all(p in c for p in SHARING_POLICIES) for c in sharing.values()):
         lines += ["", f"![unallocated GPU by share level]({plot_sharing(sharing, out)})"]
