@@ -60,7 +60,6 @@ def test_no_policy_allocates_more_than_the_bound_on_the_excerpt() -> None:
             bound = unallocated_bound_pct(arrivals, trace.nodes, HEADLINE_LEVEL)
             reached = 100 * (1 - allocation_at(run, HEADLINE_LEVEL))
             assert bound <= reached + 1e-9, (policy, run.seed)
-            placed = sum(a.task.total_gpu_milli for a in run.arrivals[:len(
-                arrived_at(arrivals, capacity, HEADLINE_LEVEL))] if a.node)
-            assert placed <= allocation_bound(arrived_at(arrivals, capacity, HEADLINE_LEVEL),
-                                              trace.nodes)
+            arrived = arrived_at(arrivals, capacity, HEADLINE_LEVEL)
+            placed = sum(a.task.total_gpu_milli for a in run.arrivals[:len(arrived)] if a.node)
+            assert placed <= allocation_bound(arrived, trace.nodes)

@@ -48,9 +48,8 @@ def allocation_bound(tasks: Sequence[TraceTask], nodes: Sequence[TraceNode]) -> 
     solver = pywraplp.Solver.CreateSolver("GLOP")
     if solver is None:  # pragma: no cover - GLOP ships with every OR-Tools wheel
         raise RuntimeError("OR-Tools GLOP is not available")
-    gpu_rows: dict[tuple, list] = {k: [] for k in groups}
-    cpu_rows: dict[tuple, list] = {k: [] for k in groups}
-    mem_rows: dict[tuple, list] = {k: [] for k in groups}
+    # Per group: (variable, GPU milli, CPU, memory) of each shape that may go there.
+    terms: dict[tuple, list[tuple[pywraplp.Variable, int, int, int]]] = {k: [] for k in groups}
     objective = solver.Objective()
     for s, count in shapes.items():
         gpus, milli, cpu, mem, spec = s
@@ -61,22 +60,20 @@ def allocation_bound(tasks: Sequence[TraceTask], nodes: Sequence[TraceNode]) -> 
                 continue
             y = solver.NumVar(0.0, float(count), "")
             placed.append(y)
-            gpu_rows[k].append((y, gpus * milli))
-            cpu_rows[k].append((y, cpu))
-            mem_rows[k].append((y, mem))
+            terms[k].append((y, gpus * milli, cpu, mem))
             objective.SetCoefficient(y, float(gpus * milli))
         if len(placed) > 1:
             row = solver.Constraint(0.0, float(count))
             for y in placed:
                 row.SetCoefficient(y, 1.0)
     for k, n in groups.items():
+        if not terms[k]:
+            continue
         _model, node_gpus, node_cpu, node_mem = k
-        for terms, cap in ((gpu_rows[k], node_gpus * MILLI), (cpu_rows[k], node_cpu),
-                           (mem_rows[k], node_mem)):
-            if terms:
-                row = solver.Constraint(0.0, float(n * cap))
-                for y, coef in terms:
-                    row.SetCoefficient(y, float(coef))
+        for r, cap in enumerate((node_gpus * MILLI, node_cpu, node_mem), start=1):
+            row = solver.Constraint(0.0, float(n * cap))
+            for term in terms[k]:
+                row.SetCoefficient(term[0], float(term[r]))
     objective.SetMaximization()
     if solver.Solve() != pywraplp.Solver.OPTIMAL:  # pragma: no cover - bounded, y = 0 feasible
         raise RuntimeError("the packing bound LP did not solve to optimality")
