@@ -6,9 +6,16 @@ import numpy as np
 import pytest
 from engine_factories import NOW, make_node, make_request
 
-from gpu_pool.engine import FleetState, plan_on_state
+from gpu_pool.engine import FleetState, greedy, plan_on_state
 from gpu_pool.engine.fragmentation import TaskShape, WorkloadMix
-from gpu_pool.engine.greedy import FGD_CELLS, ORDER_POINTS, node_order
+from gpu_pool.engine.greedy import (
+    FGD_CELLS,
+    ORDER_POINTS,
+    SIZE_POINTS,
+    keep_whole,
+    node_order,
+    node_size,
+)
 from gpu_pool.engine.types import NodeAssignment, Placement
 from gpu_pool.model import Policy
 
@@ -47,12 +54,15 @@ def test_a_clearly_better_fgd_score_beats_the_order() -> None:
     assert _place(state, WHOLE, milli=500) == later.name
 
 
-def test_nodes_that_alone_hold_a_scarce_shape_are_filled_last() -> None:
+def test_nodes_that_alone_hold_a_scarce_shape_are_filled_last(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # 24 small nodes and one big one, named so that the big node comes first in the
     # scrambled order. The mix has a rare 8-GPU, 120-core shape only the big node can hold.
     # A 20-core CPU-only task blocks it there, and blocks a rare 50-core shape on a small
     # node: FGD scores both one point down (49), so the order decides, and without the
-    # scarce tier it would put the task on the big node (as in the openb replay).
+    # scarce tier it would put the task on the big node (as in the openb replay). The size
+    # points would keep it off the big node too: off here, to see the tier alone.
+    monkeypatch.setattr(greedy, "SIZE_POINTS", 0.0)
     small = [make_node(f"s{i}", "T4", 4, cpu=64_000) for i in range(24)]
     for i in range(10_000):
         state = FleetState.from_nodes([*small, make_node(f"big{i}", "T4", 8, cpu=128_000)])
@@ -76,6 +86,65 @@ def test_nodes_that_alone_hold_a_scarce_shape_are_filled_last() -> None:
     assert (np.argsort(node_order(state, plain)) == np.argsort(crc_rank)).all()
     plan = plan_on_state(state, [task], policy=Policy(), now=NOW, workload_mix=plain)
     assert plan.placements[0].assignments[0].node == big
+
+
+def _big_first(small: int, big_gpus: int, big_cpu: int) -> FleetState:
+    """``small`` 2-GPU 32-core T4 nodes and one big T4 node named so that it comes first in
+    the scrambled order."""
+    nodes = [make_node(f"s{i}", "T4", 2, cpu=32_000) for i in range(small)]
+    for i in range(10_000):
+        state = FleetState.from_nodes([*nodes, make_node(f"big{i}", "T4", big_gpus,
+                                                         cpu=big_cpu)])
+        if np.argmin(node_order(state)) == small:
+            return state
+    raise AssertionError("no name puts the big node first")
+
+
+def test_node_size_is_the_mean_of_gpu_and_cpu_shares_of_the_largest() -> None:
+    state = _big_first(3, 8, 128_000)
+    size = node_size(state.layout)
+    assert size[-1] == 1.0
+    assert size[:3].tolist() == [(2 / 8 + 32 / 128) / 2] * 3
+    assert node_size(state.layout) is size  # kept with the layout
+
+
+@pytest.mark.parametrize(("size_points", "expect_big"), [(SIZE_POINTS, False), (0.0, True)])
+def test_of_nodes_fgd_rates_alike_the_smaller_takes_the_work(
+        monkeypatch: pytest.MonkeyPatch, size_points: float, expect_big: bool) -> None:
+    # As best-fit's does: a one-GPU task on the big node would leave it unable to take an
+    # 8-GPU task for as long as it runs (the openb replay's hour-long waits). FGD sees both
+    # alike (whole GPUs only), the scrambled order prefers the big node, the size the small.
+    assert SIZE_POINTS > ORDER_POINTS
+    monkeypatch.setattr(greedy, "SIZE_POINTS", size_points)
+    state = _big_first(3, 8, 128_000)
+    assert (_place(state, WHOLE) == state.layout.names[-1]) is expect_big
+
+
+def test_a_clearly_better_fgd_score_beats_the_size() -> None:
+    # The big node has a half-used card: a 500-milli share there fills a fragment (score
+    # 62), on a small node it breaks a whole card (score 37), 25 points against the size's
+    # few.
+    state = _big_first(3, 8, 128_000)
+    big = state.layout.names[-1]
+    state.apply(Placement("x", (NodeAssignment(big, (0,), 500, 0, 0),)))
+    assert SIZE_POINTS + ORDER_POINTS < 25
+    assert _place(state, WHOLE, milli=500) == big
+
+
+def test_a_small_node_that_alone_holds_a_scarce_shape_is_kept_whole_like_the_biggest() -> None:
+    # Three big A100 nodes and one small H100 node (same card memory: no right-size
+    # difference); some tasks of the mix name H100. A task any model can run would go to
+    # the small node for its size; it is the only one the H100 tasks can use, so it counts
+    # as the biggest and the task goes to an A100 node.
+    nodes = [make_node(f"a{i}", "A100", 8, cpu=128_000) for i in range(3)]
+    nodes.append(make_node("h", "H100", 2, cpu=32_000))
+    state = FleetState.from_nodes(nodes)
+    mix = WorkloadMix((TaskShape(1, 1000, 4_000),
+                       TaskShape(1, 1000, 4_000, 0, frozenset({"H100"}))), (0.9, 0.1))
+    assert node_size(state.layout)[-1] == (2 / 8 + 32 / 128) / 2
+    assert keep_whole(state, mix).tolist() == [1.0] * 4
+    assert keep_whole(state).tolist() == node_size(state.layout).tolist()
+    assert _place(state, mix) != "h"
 
 
 def test_a_long_lived_state_keeps_its_fgd_measure_for_a_mix_beyond_one_decisions_cells(

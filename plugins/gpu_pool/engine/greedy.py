@@ -67,6 +67,8 @@ FGD_CELLS = 500_000
 FGD_CACHE_CELLS = 4_000_000
 # FGD score points a node's place in the fixed fill order is worth (see node_cost).
 ORDER_POINTS = 4.0
+# FGD score points the biggest node's size is worth against the smallest's (see node_size).
+SIZE_POINTS = 8.0
 # A mix shape at most this share of the nodes can hold is scarce (see node_order).
 SCARCE_HOSTS = 0.05
 # FGD score points the most a placement may lengthen a node's busy time is worth, and the
@@ -346,12 +348,68 @@ def node_order(state: FleetState, mix: WorkloadMix | None = None) -> np.ndarray:
     cached = layout.views.get("node_order_mix")  # one mix at a time: a queue's mix drifts
     if cached is not None and (cached[0] is mix or cached[0] == mix):
         return cached[1]
-    tier = scarce_hosts(layout, mix).astype(np.float64)
+    tier = scarce_tier(layout, mix)
     position = np.lexsort((rank, tier))
     tiered = np.empty(len(rank), dtype=np.float64)
     tiered[position] = np.arange(len(rank), dtype=np.float64) / max(len(rank), 1)
     layout.views["node_order_mix"] = (mix, tiered)
     return tiered
+
+
+def scarce_tier(layout: FleetLayout, mix: WorkloadMix) -> np.ndarray:
+    """:func:`scarce_hosts` as 0.0 / 1.0 per row, kept with the layout for the last mix."""
+    cached = layout.views.get("scarce_tier_mix")
+    if cached is not None and (cached[0] is mix or cached[0] == mix):
+        return cached[1]
+    tier = scarce_hosts(layout, mix).astype(np.float64)
+    layout.views["scarce_tier_mix"] = (mix, tier)
+    return tier
+
+
+def keep_whole(state: FleetState, mix: WorkloadMix | None = None) -> np.ndarray:
+    """Per row, in (0, 1]: how much :func:`node_cost` wants the node kept whole, times
+    :data:`SIZE_POINTS`: its size (:func:`node_size`), or 1 where it alone can hold a
+    scarce shape of ``mix`` (:func:`scarce_hosts`), however small: a 2-GPU node of the one
+    model some tasks name must not take the work any node could run because it is small.
+    On gpuspec10 (tasks that name a model) the size alone lengthened the replay's longest
+    waits of high and low tasks from 978,648 / 128,524 s to 1,770,836 / 2,473,082 s."""
+    layout = state.layout
+    size = node_size(layout)
+    if mix is None or not len(mix):
+        return size
+    cached = layout.views.get("keep_whole_mix")
+    if cached is not None and (cached[0] is mix or cached[0] == mix):
+        return cached[1]
+    keep = np.maximum(size, scarce_tier(layout, mix))
+    layout.views["keep_whole_mix"] = (mix, keep)
+    return keep
+
+
+def node_size(layout: FleetLayout) -> np.ndarray:
+    """Per row, in (0, 1]: the node's size, the mean of its GPU count and its CPU cores as
+    shares of the fleet's largest. :func:`node_cost` charges :data:`SIZE_POINTS` times it
+    (see :func:`keep_whole`),
+    so of two nodes FGD rates alike the smaller takes the work, as best-fit's does, and the
+    big nodes stay whole for the big tasks only they can run.
+
+    Measured with ``bench/replay_seeds.py`` (openb replay on 0.4% of the fleet, limits
+    1-4x the run, medians of seeds 42-51, longest wait per class, s), without the size and
+    with it at 8 points (as :func:`keep_whole` weighs it): default high / normal 31,588 /
+    9,414 -> 59 / 671 (best-fit 59 / 6,384); gpushare40 63,117 / 58 -> 59 / 58 (best-fit
+    59 / 58); gpuspec10 high / normal / low 978,648 / 321,984 / 128,524 -> 826,598 /
+    321,984 / 567,416 (best-fit 2,304,686 / 218,905 / 2,563,202). Seeds where a class's
+    longest wait exceeds best-fit's (and an hour): default 13 -> 8, gpushare40 10 -> 0.
+    Mean allocation 52.98 / 47.62 / 52.95% (gpuspec10 52.94 before; best-fit 52.98 /
+    47.62 / 52.98).
+    """
+    size = layout.views.get("node_size")
+    if size is None:
+        gpus = layout.gpu_count.astype(np.float64)
+        cpus = layout.cpu_total.astype(np.float64)
+        size = (gpus / max(float(gpus.max(initial=0.0)), 1.0)
+                + cpus / max(float(cpus.max(initial=0.0)), 1.0)) / 2.0
+        layout.views["node_size"] = size
+    return size
 
 
 def scarce_hosts(layout: FleetLayout, mix: WorkloadMix) -> np.ndarray:
@@ -376,13 +434,15 @@ def node_cost(cycle: Cycle, request: Request, rows: np.ndarray,
               share_cols: np.ndarray | None) -> np.ndarray:
     """Fragmentation cost per candidate row: lower is better, below :data:`_PENALTY_RANK`.
 
-    ``(100 - FGD score) + ORDER_POINTS * order``: FGD's own node score
-    ``trunc(100 * sigmoid(-delta / 1000))`` (delta: growth of expected fragmentation, milli;
-    0..100 points) against a fixed node order (:func:`node_order`, 0..1) worth up to
-    :data:`ORDER_POINTS` points. A node earlier in the order wins unless FGD rates another
-    node that many points better: FGD's judgement where it sees a clear difference,
-    first-fit consolidation where it does not. Without an FGD measure (empty mix, or a
-    cycle too large to afford it) best-fit on free GPU milli decides.
+    ``(100 - FGD score) + ORDER_POINTS * order + SIZE_POINTS * size``: FGD's own node
+    score ``trunc(100 * sigmoid(-delta / 1000))`` (delta: growth of expected fragmentation,
+    milli; 0..100 points) against a fixed node order (:func:`node_order`, 0..1) worth up to
+    :data:`ORDER_POINTS` points and the node's size (:func:`node_size`, 0..1) worth up to
+    :data:`SIZE_POINTS`. A smaller node, then one earlier in the order, wins unless FGD
+    rates another node that many points better: FGD's judgement where it sees a clear
+    difference, best-fit's small nodes first and first-fit consolidation where it does
+    not. Without an FGD measure (empty mix, or a cycle too large to afford it) best-fit on
+    free GPU milli decides.
 
     Measured on the openb trace (unallocated GPU %, median of seeds 42-44; default /
     gpuspec10): the exact FGD delta alone packs worst (7.8 on default seed 42); FGD's score
@@ -410,6 +470,8 @@ def node_cost(cycle: Cycle, request: Request, rows: np.ndarray,
                                        request.memory_mib)
     score = np.trunc(100.0 / (1.0 + np.exp(np.clip(delta / 1000.0, -50.0, 50.0))))
     cost = (100.0 - score) + ORDER_POINTS * node_order(st, cycle.mix)[rows]
+    if SIZE_POINTS:
+        cost = cost + SIZE_POINTS * keep_whole(st, cycle.mix)[rows]
     if cycle.ends is not None and request.time_limit is not None:
         cost = cost + lifetime_points(cycle.ends[rows], request.time_limit.total_seconds())
     return cost
