@@ -40,7 +40,7 @@ from __future__ import annotations
 import bisect
 import math
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
@@ -345,25 +345,32 @@ def node_order(state: FleetState, mix: WorkloadMix | None = None) -> np.ndarray:
         layout.views["node_order"] = rank
     if mix is None or not len(mix):
         return rank
-    cached = layout.views.get("node_order_mix")  # one mix at a time: a queue's mix drifts
+
+    def tiered() -> np.ndarray:
+        position = np.lexsort((rank, scarce_tier(layout, mix)))
+        out = np.empty(len(rank), dtype=np.float64)
+        out[position] = np.arange(len(rank), dtype=np.float64) / max(len(rank), 1)
+        return out
+
+    return _per_mix(layout, "node_order_mix", mix, tiered)
+
+
+def _per_mix(layout: FleetLayout, key: str, mix: WorkloadMix,
+             compute: Callable[[], np.ndarray]) -> np.ndarray:
+    """``compute()``, kept in ``layout.views[key]`` for one mix at a time (a queue's mix
+    drifts: the last one is kept)."""
+    cached = layout.views.get(key)
     if cached is not None and (cached[0] is mix or cached[0] == mix):
         return cached[1]
-    tier = scarce_tier(layout, mix)
-    position = np.lexsort((rank, tier))
-    tiered = np.empty(len(rank), dtype=np.float64)
-    tiered[position] = np.arange(len(rank), dtype=np.float64) / max(len(rank), 1)
-    layout.views["node_order_mix"] = (mix, tiered)
-    return tiered
+    value = compute()
+    layout.views[key] = (mix, value)
+    return value
 
 
 def scarce_tier(layout: FleetLayout, mix: WorkloadMix) -> np.ndarray:
     """:func:`scarce_hosts` as 0.0 / 1.0 per row, kept with the layout for the last mix."""
-    cached = layout.views.get("scarce_tier_mix")
-    if cached is not None and (cached[0] is mix or cached[0] == mix):
-        return cached[1]
-    tier = scarce_hosts(layout, mix).astype(np.float64)
-    layout.views["scarce_tier_mix"] = (mix, tier)
-    return tier
+    return _per_mix(layout, "scarce_tier_mix", mix,
+                    lambda: scarce_hosts(layout, mix).astype(np.float64))
 
 
 def keep_whole(state: FleetState, mix: WorkloadMix | None = None) -> np.ndarray:
@@ -377,12 +384,8 @@ def keep_whole(state: FleetState, mix: WorkloadMix | None = None) -> np.ndarray:
     size = node_size(layout)
     if mix is None or not len(mix):
         return size
-    cached = layout.views.get("keep_whole_mix")
-    if cached is not None and (cached[0] is mix or cached[0] == mix):
-        return cached[1]
-    keep = np.maximum(size, scarce_tier(layout, mix))
-    layout.views["keep_whole_mix"] = (mix, keep)
-    return keep
+    return _per_mix(layout, "keep_whole_mix", mix,
+                    lambda: np.maximum(size, scarce_tier(layout, mix)))
 
 
 def node_size(layout: FleetLayout) -> np.ndarray:
