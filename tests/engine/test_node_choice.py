@@ -15,6 +15,7 @@ from gpu_pool.engine.greedy import (
     keep_whole,
     node_order,
     node_size,
+    scarce_hosts,
 )
 from gpu_pool.engine.types import NodeAssignment, Placement
 from gpu_pool.model import Policy
@@ -131,11 +132,11 @@ def test_a_clearly_better_fgd_score_beats_the_size() -> None:
     assert _place(state, WHOLE, milli=500) == big
 
 
-def test_a_small_node_that_alone_holds_a_scarce_shape_is_kept_whole_like_the_biggest() -> None:
+def test_the_one_node_that_can_hold_a_shape_is_kept_whole_like_the_biggest() -> None:
     # Three big A100 nodes and one small H100 node (same card memory: no right-size
     # difference); some tasks of the mix name H100. A task any model can run would go to
-    # the small node for its size; it is the only one the H100 tasks can use, so it counts
-    # as the biggest and the task goes to an A100 node.
+    # the small node for its size; it is the only one the H100 tasks can use (their sole
+    # host), so it counts as the biggest and the task goes to an A100 node.
     nodes = [make_node(f"a{i}", "A100", 8, cpu=128_000) for i in range(3)]
     nodes.append(make_node("h", "H100", 2, cpu=32_000))
     state = FleetState.from_nodes(nodes)
@@ -145,6 +146,19 @@ def test_a_small_node_that_alone_holds_a_scarce_shape_is_kept_whole_like_the_big
     assert keep_whole(state, mix).tolist() == [1.0] * 4
     assert keep_whole(state).tolist() == node_size(state.layout).tolist()
     assert _place(state, mix) != "h"
+
+
+def test_only_the_sole_host_of_a_shape_counts_as_the_largest() -> None:
+    # Two small H100 nodes among 40 A100 nodes: rare (within SCARCE_HOSTS' 5%, last in
+    # the order), but either can take the H100 tasks, so both keep their size.
+    nodes = [make_node(f"a{i:02d}", "A100", 8, cpu=128_000) for i in range(40)]
+    nodes += [make_node(f"h{i}", "H100", 2, cpu=32_000) for i in range(2)]
+    state = FleetState.from_nodes(nodes)
+    mix = WorkloadMix((TaskShape(1, 1000, 4_000),
+                       TaskShape(1, 1000, 4_000, 0, frozenset({"H100"}))), (0.9, 0.1))
+    assert scarce_hosts(state.layout, mix)[-2:].all()
+    assert not scarce_hosts(state.layout, mix, 0.0).any()
+    assert keep_whole(state, mix).tolist() == node_size(state.layout).tolist()
 
 
 def test_a_long_lived_state_keeps_its_fgd_measure_for_a_mix_beyond_one_decisions_cells(
