@@ -388,7 +388,7 @@ def render_sharing(sharing: dict[float, dict[str, dict]], args: argparse.Namespa
         "",
         "How to read it: the bound pools each node group's GPU milli, CPU and memory, while "
         "a share must fit on one card, so at high sharing it is weak. On the 100 % mix, seed "
-        "42, the engine's 823,600 unallocated milli are 800,600 milli of partly used cards "
+        "42, engine at c28a133, the engine's 823,600 unallocated milli are 800,600 milli of partly used cards "
         "and 23 whole GPUs, and the 1,418 arrivals it skipped are 470-810-milli shares: the "
         "loss is online bin packing of shares into cards, which no placement rule avoids "
         "without seeing arrivals ahead (bestfit: 958,510 milli, 93 whole GPUs). Our fgd port "
@@ -480,17 +480,24 @@ def render(packing: dict, replay: dict, args: argparse.Namespace, out: Path,
         f"(5th-percentile arrival to the last). Command: `gpu-pool simulate replay --nodes "
         f"NODES --pods PODS --policy P --fleet-fraction {args.fleet_fraction}`.",
         "",
-        "The engine's longest waits are 8-GPU tasks asking 88-120 cores and 320-737 GiB "
-        "that only the G3 node of this fleet share (and, from 88 cores, a few others) can "
-        "hold. Until the engine's fill order put the nodes that alone hold such scarce "
-        "shapes last, small long tasks landed there (on default a 20-core CPU-only task "
-        "with about ten days left) and the maxima were 563,157 s (high) and 923,723 s "
-        "(normal) on default, 1,606,509 s and 2,274,443 s on gpushare40; now 63,117 s and "
-        "38,304 s (two tasks of 8,152 waited over an hour) and 63,117 s and 6,384 s. The "
-        "starvation guard (`Policy.reserve_after` 1 h, `max_reservations` 1) closes the "
-        "node such a task waits for to new work, but cannot end what already runs there. "
-        "On gpuspec10 the maxima are tasks bound to the one node of their model in this "
-        "share; bestfit's are longer still.",
+        "Tasks declare time limits of 1-4x their run (drawn per task from the seed), which "
+        "the engine's lifetime-aware placement and start estimates use; fifo and bestfit "
+        "ignore them. The engine's longest waits were 8-GPU tasks asking 88-120 cores and "
+        "320-737 GiB that only the G3 node of this fleet share (and, from 88 cores, a few "
+        "others) can hold. Until the engine's fill order put the nodes that alone hold "
+        "such scarce shapes last, small long tasks landed there (on default a 20-core "
+        "CPU-only task with about ten days left) and the maxima were 563,157 s (high) and "
+        "923,723 s (normal) on default, 1,606,509 s and 2,274,443 s on gpushare40; then "
+        "63,117 s and 38,304 s, and 63,117 s and 6,384 s. Since the engine also prefers the "
+        "smaller of the nodes FGD rates alike, as bestfit does, its waits on default and "
+        "gpushare40 are bestfit's. On gpuspec10 the maxima are tasks bound to the one node "
+        "of their model in this share: on this seed the engine's normal-priority maximum "
+        "is far above bestfit's, its high and low below; over seeds 42-51 "
+        "(`bench/replay_seeds.py`) the medians of the longest waits, high / normal / low, "
+        "are 826,598 / 321,984 / 567,416 s for the engine and 2,304,686 / 218,905 / "
+        "2,563,202 s for bestfit. The starvation guard (`Policy.reserve_after` 1 h, "
+        "`max_reservations` 1) closes the node such a task waits for to new work, but "
+        "cannot end what already runs there.",
         "",
         "| trace | policy | GPU alloc % mean / peak / off-peak | never started | frag % | "
         "delay median / p95 / max (s) per class | cycle ms median / p95 / max |",

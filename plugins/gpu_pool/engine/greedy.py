@@ -459,8 +459,11 @@ def node_cost(cycle: Cycle, request: Request, rows: np.ndarray,
     gpuspec10): the exact FGD delta alone packs worst (7.8 on default seed 42); FGD's score
     with best-fit ties 4.68 / 5.51 (best-fit leans to the nodes with the fewest GPUs and
     used up the 2-GPU T4 nodes that T4-only tasks need); with the fixed order as a mere
-    tie-break 4.60 / 4.88; with the order worth about four points 4.47 / 4.65. The
-    ten-seed figures of every trace are in docs/benchmarks/openb.md.
+    tie-break 4.60 / 4.88; with the order worth about four points 4.47 / 4.65. With the
+    size worth 8 points too, ten seeds (42-51; default / gpushare40 / multigpu20 /
+    gpuspec10): 4.54 / 6.01 / 4.01 / 4.70 -> 4.53 / 5.97 / 3.95 / 4.50 online, and in
+    batches of 50 4.39 / 5.89 / 3.74 / 4.68 -> 4.29 / 5.97 / 3.71 / 4.38. Every trace's
+    figures are in docs/benchmarks/openb.md.
 
     A request with a time limit, in a cycle that knows its rows' busy times
     (:attr:`Cycle.ends`), also pays :func:`lifetime_points` (up to
