@@ -388,8 +388,8 @@ def render_sharing(sharing: dict[float, dict[str, dict]], args: argparse.Namespa
         "",
         "How to read it: the bound pools each node group's GPU milli, CPU and memory, while "
         "a share must fit on one card, so at high sharing it is weak. On the 100 % mix, seed "
-        "42, engine at c28a133, the engine's 823,600 unallocated milli are 800,600 milli of partly used cards "
-        "and 23 whole GPUs, and the 1,418 arrivals it skipped are 470-810-milli shares: the "
+        "42, engine at c28a133, the engine's 823,600 unallocated milli are 800,600 milli of "
+        "partly used cards and 23 whole GPUs, and the 1,418 arrivals it skipped are 470-810-milli shares: the "
         "loss is online bin packing of shares into cards, which no placement rule avoids "
         "without seeing arrivals ahead (bestfit: 958,510 milli, 93 whole GPUs). Our fgd port "
         "is 0.45 point above the published gpushare40 figure (6.50 against 6.05), so it does "

@@ -347,7 +347,7 @@ def node_order(state: FleetState, mix: WorkloadMix | None = None) -> np.ndarray:
         return rank
 
     def tiered() -> np.ndarray:
-        position = np.lexsort((rank, scarce_tier(layout, mix)))
+        position = np.lexsort((rank, scarce_hosts(layout, mix).astype(np.float64)))
         out = np.empty(len(rank), dtype=np.float64)
         out[position] = np.arange(len(rank), dtype=np.float64) / max(len(rank), 1)
         return out
@@ -367,12 +367,6 @@ def _per_mix(layout: FleetLayout, key: str, mix: WorkloadMix,
     return value
 
 
-def scarce_tier(layout: FleetLayout, mix: WorkloadMix) -> np.ndarray:
-    """:func:`scarce_hosts` as 0.0 / 1.0 per row, kept with the layout for the last mix."""
-    return _per_mix(layout, "scarce_tier_mix", mix,
-                    lambda: scarce_hosts(layout, mix).astype(np.float64))
-
-
 def keep_whole(state: FleetState, mix: WorkloadMix | None = None) -> np.ndarray:
     """Per row, in (0, 1]: how much :func:`node_cost` wants the node kept whole, times
     :data:`SIZE_POINTS`: its size (:func:`node_size`), or 1 where it is the only node
@@ -388,19 +382,17 @@ def keep_whole(state: FleetState, mix: WorkloadMix | None = None) -> np.ndarray:
     packing benchmark, where 85 nodes of the full fleet are in the tier (4.70 without the
     size), and no node there is a sole host."""
     layout = state.layout
-    size = node_size(layout)
     if mix is None or not len(mix):
-        return size
+        return node_size(layout)
     return _per_mix(layout, "keep_whole_mix", mix,
-                    lambda: np.maximum(size, scarce_hosts(layout, mix, 0.0)))
+                    lambda: np.maximum(node_size(layout), scarce_hosts(layout, mix, 0.0)))
 
 
 def node_size(layout: FleetLayout) -> np.ndarray:
     """Per row, in (0, 1]: the node's size, the mean of its GPU count and its CPU cores as
     shares of the fleet's largest. :func:`node_cost` charges :data:`SIZE_POINTS` times it
-    (see :func:`keep_whole`),
-    so of two nodes FGD rates alike the smaller takes the work, as best-fit's does, and the
-    big nodes stay whole for the big tasks only they can run.
+    (see :func:`keep_whole`), so of two nodes FGD rates alike the smaller takes the work,
+    as best-fit's does, and the big nodes stay whole for the big tasks only they can run.
 
     Measured with ``bench/replay_seeds.py`` (openb replay on 0.4% of the fleet, limits
     1-4x the run, medians of seeds 42-51, longest wait per class, s), without the size and
@@ -448,8 +440,8 @@ def node_cost(cycle: Cycle, request: Request, rows: np.ndarray,
     ``(100 - FGD score) + ORDER_POINTS * order + SIZE_POINTS * size``: FGD's own node
     score ``trunc(100 * sigmoid(-delta / 1000))`` (delta: growth of expected fragmentation,
     milli; 0..100 points) against a fixed node order (:func:`node_order`, 0..1) worth up to
-    :data:`ORDER_POINTS` points and the node's size (:func:`node_size`, 0..1) worth up to
-    :data:`SIZE_POINTS`. A smaller node, then one earlier in the order, wins unless FGD
+    :data:`ORDER_POINTS` points and the node's size (:func:`keep_whole`, 0..1) worth up
+    to :data:`SIZE_POINTS`. A smaller node, then one earlier in the order, wins unless FGD
     rates another node that many points better: FGD's judgement where it sees a clear
     difference, best-fit's small nodes first and first-fit consolidation where it does
     not. Without an FGD measure (empty mix, or a cycle too large to afford it) best-fit on
