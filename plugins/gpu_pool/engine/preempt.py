@@ -283,6 +283,10 @@ class Preempter:
         if not self.policy.reclaim_guarantees:
             return placements, preemptions
         remaining = self.cycle.remaining
+        # Per quota-group array (shared by the requests of one team and purpose): the quota
+        # groups it names, so a request beyond every one of its guarantees is passed over
+        # without a pass over the fleet's rows.
+        named: dict[int, np.ndarray] = {}
         for r in pending:
             if r.is_gang or r.gpus == 0 or not len(remaining):
                 continue
@@ -291,9 +295,12 @@ class Preempter:
                 continue
             g = groups[r.name]
             need = r.total_gpu_milli
-            live = g >= 0
-            if not live.any():
+            quotas = named.get(id(g))
+            if quotas is None:
+                quotas = named[id(g)] = np.unique(g[g >= 0])
+            if not (remaining[quotas] >= need).any():
                 continue
+            live = g >= 0
             within = np.zeros(len(g), dtype=bool)
             within[live] = remaining[g[live]] >= need
             if not within.any():
