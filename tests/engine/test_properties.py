@@ -62,11 +62,14 @@ def test_plan_is_pure_and_deterministic(seed: int) -> None:
     assert first.stats.objective == second.stats.objective
 
 
-def test_plan_on_state_leaves_the_state_alone() -> None:
-    snap = random_snapshot(random.Random(5), nodes=5, requests=12)
+# One request: greedy places it on the start cycle itself (best_greedy's in_place).
+@pytest.mark.parametrize(("seed", "requests"), [(5, 12), (0, 1), (4, 1)])
+def test_plan_on_state_leaves_the_state_alone(seed: int, requests: int) -> None:
+    snap = random_snapshot(random.Random(seed), nodes=5, requests=requests)
     state = FleetState.from_snapshot(snap)
     free = state.gpu_free.copy(), state.cpu_free.copy(), state.mem_free.copy()
     result = plan_on_state(state, snap.requests, policy=Policy(), now=NOW)
+    assert result.placements  # something was placed, on the planner's copy
     assert (state.gpu_free == free[0]).all() and (state.cpu_free == free[1]).all()
     assert (state.mem_free == free[2]).all()
     for p in result.placements:  # and the caller can apply the plan incrementally

@@ -233,7 +233,9 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
         first = held.placed
         ordered = [r for r in ordered if r.name not in first]
     # 4. greedy
-    work, placements, greedy_value = best_greedy(start, ordered, weights, views, groups, usage)
+    # The solvers of step 5 start again from ``start`` only when there is a choice to make.
+    work, placements, greedy_value = best_greedy(start, ordered, weights, views, groups, usage,
+                                                 in_place=len(ordered) < 2)
     stats = SolveStats(SolveStatus.GREEDY if eligible else SolveStatus.TRIVIAL,
                        0.0, float(greedy_value), float(greedy_value))
     best_value, final = greedy_value, work
