@@ -4,9 +4,10 @@ Run: ``.venv/bin/python bench/placement_scale.py [--sizes 100x50,1000x500] [--se
 [--seeds 1-20] [--time-limits]``.
 
 ``--time-limits``: the running work and the queue declare time limits (reservations get
-expected starts, the start estimates have ends to walk); each row is followed by the
-number of start estimates and the plan's wall time with ``start_estimates=0``, on the same
-snapshot: what the estimates cost.
+expected starts, the start estimates have ends to walk, with the run / limit ratios of 500
+finished tasks as the store's ledger gives them); each row is followed by the number of
+start estimates and the plan's wall time with ``start_estimates=0``, on the same snapshot:
+what the estimates cost.
 
 Each fleet mixes five GPU models (A100, H100, L40S, T4, V100) over three zones, with 1/2/4/8
 GPUs per node, about a third of its GPUs already held by active allocations (whole and
@@ -126,7 +127,11 @@ def synthetic_snapshot(pending: int, nodes: int, seed: int, limits: bool = False
                          NOW + timedelta(days=30), borrow_limit_gpus=round(total_gpus * 0.05))
                    for t in TEAMS for p, share in ((Purpose.TRAINING, 0.2),
                                                    (Purpose.INFERENCE, 0.04)))
-    return Snapshot(tuple(fleet), tuple(allocations), tuple(requests), quotas, Policy(), NOW)
+    # With limits, what the store's ledger gives the start estimates: the run / limit ratios
+    # of the last 500 finished tasks (users over-ask: limits 1-4 times the run).
+    ratios = tuple(1 / lim.uniform(1, 4) for _ in range(500)) if limits else ()
+    return Snapshot(tuple(fleet), tuple(allocations), tuple(requests), quotas, Policy(), NOW,
+                    runtime_ratios=ratios)
 
 
 def reference_loop() -> float:

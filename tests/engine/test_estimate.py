@@ -6,6 +6,7 @@ import dataclasses
 import random
 from datetime import timedelta
 
+import numpy as np
 from engine_factories import (
     NOW,
     make_allocation,
@@ -15,8 +16,11 @@ from engine_factories import (
     make_snapshot,
     random_snapshot,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpu_pool.engine import plan
+from gpu_pool.engine.estimate import Runtimes
 from gpu_pool.engine.types import ReasonCode
 from gpu_pool.model import Policy
 
@@ -108,3 +112,25 @@ def test_random_snapshots_estimates_are_in_the_future_and_repeatable():
                                  ReasonCode.NODE_RESERVED)}
         assert set(p.estimates) <= waiting
         assert all(t >= NOW for t in p.estimates.values())
+
+
+@given(ratios=st.lists(st.floats(-0.5, 1.5, allow_nan=False), max_size=40),
+       limit=st.floats(0, 1e6, allow_nan=False), share=st.floats(0, 1.2, allow_nan=False))
+def test_expected_run_is_the_median_ratio_of_tasks_that_ran_as_long(
+        ratios: list[float], limit: float, share: float) -> None:
+    """The suffix medians kept by Runtimes give exactly what the median of the ratios above
+    elapsed / limit gives, the limit itself when none ran that long."""
+    elapsed = share * limit
+    q = np.sort(np.clip(np.asarray(ratios, dtype=np.float64), 0.0, 1.0))
+    above = q[np.searchsorted(q, elapsed / limit, side="right"):] if limit > 0 else q
+    want = (limit if limit <= 0 or not len(above)
+            else max(float(np.median(above)) * limit, elapsed))
+    assert Runtimes(ratios).expected(limit, elapsed) == want
+
+
+def test_expected_run_examples() -> None:
+    times = Runtimes([0.25, 0.5, 1.0, 0.75])
+    assert times.expected(100.0) == 62.5  # median of all four
+    assert times.expected(100.0, 50.0) == 87.5  # of 0.75 and 1.0: ran past half its limit
+    assert times.expected(100.0, 100.0) == 100.0  # nobody ran longer: its limit
+    assert Runtimes().expected(100.0, 10.0) == 100.0

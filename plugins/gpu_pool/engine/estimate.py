@@ -32,12 +32,15 @@ starvation guard's future reservations. ``gpu-pool simulate replay`` measures ho
 the estimates land from the actual starts (``start_estimate_error``).
 
 Cost: one pass of numpy over the allowed rows per request at ``now``, then a walk of the
-hold ends in time order trying the still-waiting requests on the row that freed: at most
-``Policy.start_estimates`` requests and :data:`MAX_EVENTS` hold ends per cycle.
+hold ends in time order trying the still-waiting requests on the rows that freed: at most
+``Policy.start_estimates`` requests and :data:`MAX_EVENTS` hold ends per cycle. At each end
+a kind of request that found no room is not tried again (capacity only shrinks while
+requests start), and an expected end is a bisection into the sorted ratios.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Mapping, Sequence
@@ -97,18 +100,25 @@ class Runtimes:
     """Expected run times from the ratios of finished tasks (module docstring)."""
 
     def __init__(self, ratios: Sequence[float] = ()) -> None:
-        self.ratios = np.sort(np.clip(np.asarray(ratios, dtype=np.float64), 0.0, 1.0))
+        q = np.sort(np.clip(np.asarray(ratios, dtype=np.float64), 0.0, 1.0))
+        self.ratios = q
+        # The ratios above a threshold are a suffix of the sorted ones: the median of each
+        # suffix, once, so a hold's expected end is a bisection (a cycle asks thousands).
+        i = np.arange(len(q))
+        left = len(q) - i
+        self._sorted: list[float] = q.tolist()
+        self._suffix_median: list[float] = ((q[i + (left - 1) // 2] + q[i + left // 2]) / 2
+                                            ).tolist()
 
     def expected(self, limit_s: float, elapsed_s: float = 0.0) -> float:
         """Seconds from its start a task with this limit, running for ``elapsed_s``, is
         expected to run in all."""
-        q = self.ratios
-        if not len(q) or limit_s <= 0:
+        if not self._sorted or limit_s <= 0:
             return limit_s
-        above = q[np.searchsorted(q, elapsed_s / limit_s, side="right"):]
-        if not len(above):
+        first = bisect.bisect_right(self._sorted, elapsed_s / limit_s)
+        if first == len(self._sorted):
             return limit_s
-        return max(float(np.median(above)) * limit_s, elapsed_s)
+        return max(self._suffix_median[first] * limit_s, elapsed_s)
 
     def holds(self, layout: FleetLayout, allocations: Sequence[Allocation],
               placed: Sequence[tuple[Placement, Request]], now: datetime) -> Holds:
@@ -144,7 +154,16 @@ def estimate_starts(state: FleetState, waiting: Sequence[Request],
             (x.expected_start - now).total_seconds(), 0.0)
         for name in x.nodes:
             window[layout.row_of[name]] = (x.request_name, s)
-    allowed = {r.name: views[r.name].compatible & views[r.name].zone_ok & up for r in todo}
+    # Per view (shared by the requests of one type): its allowed rows, as a mask and as a
+    # plain list (the walk reads single rows, where a list is cheaper than numpy).
+    masks: dict[int, tuple[np.ndarray, list[bool]]] = {}
+    for r in todo:
+        view = views[r.name]
+        if id(view) not in masks:
+            mask = view.compatible & view.zone_ok & up
+            masks[id(view)] = (mask, mask.tolist())
+    allowed = {r.name: masks[id(views[r.name])] for r in todo}
+    holders = {x.request_name for x in reservations}
     rows: dict[int, _Row] = {}
     heap: list[tuple[float, int, int, tuple[int, ...], int, int, int]] = []
     seq = 0
@@ -195,7 +214,7 @@ def estimate_starts(state: FleetState, waiting: Sequence[Request],
     # so these sets follow the ends, not a pass over every row of the gang per end.
     ready: dict[str, set[int]] = {}
     for r in todo:
-        mask = allowed[r.name]
+        mask = allowed[r.name][0]
         cand = np.flatnonzero(mask)
         if not len(cand):
             continue
@@ -215,18 +234,48 @@ def estimate_starts(state: FleetState, waiting: Sequence[Request],
             changed.append(row)
             events += 1
         changed = sorted(set(changed))
+        # Within one moment capacity only shrinks as requests start. So a single-node
+        # request that finds no room on the freed rows means none of its kind (same rows
+        # and shape; same limit where a freed row is reserved; not a reservation's holder)
+        # finds any later in that moment, and the freed rows where one part of a shape fits
+        # stay the same until something starts (``len(out)`` counts the starts).
+        touched_by: dict[int, tuple[list[int], bool]] = {}
+        failed: set[tuple] = set()
+        fits_at: dict[tuple, tuple[int, list[int]]] = {}
         for r in left:
-            mask = allowed[r.name]
-            touched = [row for row in changed if mask[row]]
+            view = views[r.name]
+            got = touched_by.get(id(view))
+            if got is None:
+                flags = allowed[r.name][1]
+                freed = [row for row in changed if flags[row]]
+                got = touched_by[id(view)] = (freed, any(row in window for row in freed))
+            touched, reserved = got
             if not touched:
                 continue
+            shape = (id(view), r.gpus, r.gpu_milli, r.cpu_milli, r.memory_mib)
             if r.nodes == 1:
-                try_rows(r, touched, t)
+                kind = (shape, r.time_limit if reserved else None,
+                        r.name if r.name in holders else None)
+                if kind in failed:
+                    continue
+                if not try_rows(r, touched, t):
+                    failed.add(kind)
+                elif r.name in holders:
+                    failed.clear()  # its reservation's rows are open to everyone now
                 continue
+            known = fits_at.get(shape)
+            if known is None or known[0] != len(out):
+                known = fits_at[shape] = (len(out), [row for row in touched
+                                                     if row_state(row).fits(r)])
             fitting = ready.setdefault(r.name, set())
-            fitting.update(row for row in touched if row_state(row).fits(r))
-            if len(fitting) >= r.nodes and not try_rows(r, sorted(fitting), t):
-                # work started since may have filled some: keep the rows that still fit
-                ready[r.name] = {row for row in fitting if row_state(row).fits(r)}
+            fitting.update(known[1])
+            if len(fitting) >= r.nodes:
+                if try_rows(r, sorted(fitting), t):
+                    if r.name in holders:
+                        failed.clear()
+                else:
+                    # work started since may have filled some: keep the rows that still fit
+                    ready[r.name] = {row for row in fitting if row_state(row).fits(r)}
         left = [r for r in left if r.name not in started]
     return out
+
