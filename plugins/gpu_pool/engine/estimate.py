@@ -101,7 +101,6 @@ class Runtimes:
 
     def __init__(self, ratios: Sequence[float] = ()) -> None:
         q = np.sort(np.clip(np.asarray(ratios, dtype=np.float64), 0.0, 1.0))
-        self.ratios = q
         # The ratios above a threshold are a suffix of the sorted ones: the median of each
         # suffix, once, so a hold's expected end is a bisection (a cycle asks thousands).
         i = np.arange(len(q))
@@ -162,7 +161,6 @@ def estimate_starts(state: FleetState, waiting: Sequence[Request],
         if id(view) not in masks:
             mask = view.compatible & view.zone_ok & up
             masks[id(view)] = (mask, mask.tolist())
-    allowed = {r.name: masks[id(views[r.name])] for r in todo}
     holders = {x.request_name for x in reservations}
     rows: dict[int, _Row] = {}
     heap: list[tuple[float, int, int, tuple[int, ...], int, int, int]] = []
@@ -214,7 +212,7 @@ def estimate_starts(state: FleetState, waiting: Sequence[Request],
     # so these sets follow the ends, not a pass over every row of the gang per end.
     ready: dict[str, set[int]] = {}
     for r in todo:
-        mask = allowed[r.name][0]
+        mask = masks[id(views[r.name])][0]
         cand = np.flatnonzero(mask)
         if not len(cand):
             continue
@@ -246,7 +244,7 @@ def estimate_starts(state: FleetState, waiting: Sequence[Request],
             view = views[r.name]
             got = touched_by.get(id(view))
             if got is None:
-                flags = allowed[r.name][1]
+                flags = masks[id(view)][1]
                 freed = [row for row in changed if flags[row]]
                 got = touched_by[id(view)] = (freed, any(row in window for row in freed))
             touched, reserved = got
@@ -278,4 +276,3 @@ def estimate_starts(state: FleetState, waiting: Sequence[Request],
                     ready[r.name] = {row for row in fitting if row_state(row).fits(r)}
         left = [r for r in left if r.name not in started]
     return out
-

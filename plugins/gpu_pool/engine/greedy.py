@@ -212,18 +212,15 @@ class Cycle:
         Computed once and kept across placements, which only take capacity away, so it
         stays an upper bound; :meth:`release` and a failed search refresh it.
         """
-        whole, share = self._blocks or self.blocks()
+        if self._blocks is None:
+            up = self.state.up
+            whole = int(self.state.whole_free[up].max(initial=0))
+            share = int(self.state.gpu_free[up].max(initial=0))
+            self._blocks = (whole, share)
+        whole, share = self._blocks
         if request.is_share:
             return 1 if share >= request.gpu_milli else 0
         return whole if request.gpus else 0
-
-    def blocks(self) -> tuple[int, int]:
-        """The most whole-free GPUs and the most free milli of one GPU on any up node,
-        kept as :meth:`max_block`'s bound."""
-        up = self.state.up
-        self._blocks = (int(self.state.whole_free[up].max(initial=0)),
-                        int(self.state.gpu_free[up].max(initial=0)))
-        return self._blocks
 
     def charge(self, request: Request, choice: Choice, whole_taken: int,
                per_row: Sequence[tuple[int, int]] = ()) -> None:
@@ -861,10 +858,8 @@ class BestFitChooser:
             spec = self.specs[key] = self._spec(request, view, groups)
         dead, exhausted, levels, gpus, milli, cpu, mem, k, share, part, critical, eff = spec
         cycle = self.cycle
-        if gpus:  # :meth:`Cycle.max_block` on the key's shape
-            most_whole, most_milli = cycle._blocks or cycle.blocks()
-            if most_milli < milli if share else gpus > most_whole:
-                return None
+        if gpus > cycle.max_block(request):
+            return None
         headroom = cycle.headroom
         if (headroom and not critical and gpus and not share
                 and gpus * k > (cycle.budget or 0)):

@@ -301,10 +301,8 @@ class Preempter:
             if not (remaining[quotas] >= need).any():
                 continue
             live = g >= 0
-            within = np.zeros(len(g), dtype=bool)
+            within = np.zeros(len(g), dtype=bool)  # some row is: a named quota has room
             within[live] = remaining[g[live]] >= need
-            if not within.any():
-                continue
             view = views[r.name]
             mine = np.where(within, g, -2)  # rows outside the guarantee are out of reach
             team = r.team
