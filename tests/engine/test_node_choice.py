@@ -13,6 +13,7 @@ from gpu_pool.engine.greedy import (
     ORDER_POINTS,
     SIZE_POINTS,
     keep_whole,
+    model_pressure,
     node_order,
     node_size,
     scarce_hosts,
@@ -189,3 +190,49 @@ def test_a_long_lived_state_keeps_its_fgd_measure_for_a_mix_beyond_one_decisions
         assert p.assignments[0].node == "v"
         state.apply(p)
     assert len(built) == 1
+
+
+def _two_models() -> FleetState:
+    # Two big A100 nodes and two small H100 nodes (same card memory: no right-size
+    # difference), named so that the fixed order puts an H100 node first.
+    nodes = [make_node("a1", "A100", 8), make_node("a2", "A100", 8),
+             make_node("h1", "H100", 2, cpu=16_000), make_node("h2", "H100", 2, cpu=16_000)]
+    state = FleetState.from_nodes(nodes)
+    assert state.layout.names[int(np.argmin(node_order(state)))].startswith("h")
+    return state
+
+
+def test_model_pressure_is_the_named_share_of_demand_over_the_models_share_of_gpus() -> None:
+    state = FleetState.from_nodes([make_node("a0", "A100", 8), make_node("a1", "A100", 8),
+                                   make_node("a2", "A100", 8), make_node("h0", "H100", 8),
+                                   make_node("h1", "H100", 8)])
+    # Demand (weight x GPUs x milli): 500 for any model, 250 naming H100, 500 naming both,
+    # split 24:16 by their GPUs. H100: (250 + 200) / 1250 over 16 / 40 = 0.9; A100: 300 /
+    # 1250 over 24 / 40 = 0.4.
+    mix = WorkloadMix((TaskShape(1, 1000), TaskShape(1, 1000, 0, 0, frozenset({"H100"})),
+                       TaskShape(2, 1000, 0, 0, frozenset({"A100", "H100"}))),
+                      (0.5, 0.25, 0.25))
+    assert model_pressure(state, mix) == pytest.approx([0.4, 0.4, 0.4, 0.9, 0.9])
+    # Capped at 1; nothing named: 0 everywhere; a model no node has is ignored.
+    only = WorkloadMix((TaskShape(1, 1000, 0, 0, frozenset({"H100", "B200"})),), (1.0,))
+    assert model_pressure(state, only).tolist() == [0.0] * 3 + [1.0] * 2
+    assert model_pressure(state, WHOLE).tolist() == [0.0] * 5
+
+
+def test_work_any_model_runs_leaves_a_named_models_cards_to_the_work_that_needs_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fifth of the mix names H100, which has a fifth of the GPUs (pressure 1): a task any
+    # model can run goes to an A100 node. Without the pressure it would take an H100 card:
+    # those nodes are smaller and first in the fixed order, against FGD's four points for
+    # the A100 node (there the H100 tasks could not have used the card anyway). A task
+    # naming H100 still gets one.
+    mix = WorkloadMix((TaskShape(1, 1000), TaskShape(1, 1000, 0, 0, frozenset({"H100"}))),
+                      (0.8, 0.2))
+    state = _two_models()
+    assert model_pressure(state, mix).tolist() == pytest.approx([0, 0, 1, 1])
+    assert _place(state, mix).startswith("a")
+    plan = plan_on_state(state, [make_request("n", models=("H100",))], policy=Policy(),
+                         now=NOW, workload_mix=mix)
+    assert plan.placements[0].assignments[0].node.startswith("h")
+    monkeypatch.setattr(greedy, "MODEL_POINTS", 0.0)
+    assert _place(_two_models(), mix).startswith("h")

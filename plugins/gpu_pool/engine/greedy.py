@@ -75,6 +75,9 @@ SCARCE_HOSTS = 0.05
 # busy time (seconds) that counts as that most (see node_cost and lifetime_points).
 LIFETIME_POINTS = 5.0
 LIFETIME_SPAN_S = 30 * 86400.0
+# FGD score points a GPU model wholly claimed by the work that names it costs a placement
+# there (see model_pressure).
+MODEL_POINTS = 8.0
 # From this many decisions a cycle keeps fit masks (see candidate_rows): building one costs
 # a pass over the fleet, which a cycle of a few decisions never earns back.
 FIT_MASK_DECISIONS = 64
@@ -480,7 +483,60 @@ def node_cost(cycle: Cycle, request: Request, rows: np.ndarray,
         cost = cost + SIZE_POINTS * keep_whole(st, cycle.mix)[rows]
     if cycle.ends is not None and request.time_limit is not None:
         cost = cost + lifetime_points(cycle.ends[rows], request.time_limit.total_seconds())
+    if MODEL_POINTS and request.gpus:
+        cost = cost + MODEL_POINTS * model_pressure(st, cycle.mix)[rows]
     return cost
+
+
+def model_pressure(state: FleetState, mix: WorkloadMix) -> np.ndarray:
+    """Per row, in [0, 1]: how much of the node's GPU model the work that names it claims.
+
+    Per model, the share of the mix's GPU demand (weight x GPUs x milli) that names it
+    (a shape naming several models split over them by their GPUs in the fleet) over the
+    model's share of the fleet's GPUs, capped at 1: 1 where the work bound to the model
+    alone would fill it as fully as the whole mix fills the fleet, 0 where nothing names
+    it. A shape naming every model adds the same to every model, as one naming none.
+
+    Why (as Slurm's node ``Weight`` keeps special nodes for last): FGD alone saw too little
+    of it. In the gpuspec10 replay (seed 42) long tasks that any card could run took seven
+    of the eight T4 cards of the fleet share for months, so a burst of tasks naming T4
+    queued behind them: a normal one waited 1,651,164 s where best-fit started it in
+    12,504 s. Measured with ``bench/replay_seeds.py --mixes gpuspec10`` (medians of seeds
+    42-51, longest wait high / normal / low, s) and ``gpu-pool simulate packing`` (online
+    and ``--batch 50``, unallocated GPU %, seeds 42-51): 0 points 826,598 / 321,984 /
+    567,416, packing 4.50 / 4.38; 4 points 978,648 / 321,984 / 72,372, packing 4.49;
+    8 points 842,302 / 321,984 / 17,569, packing 4.58 / 4.46; 20 points 978,648 /
+    321,984 / 7,054 (best-fit 2,304,686 / 218,905 / 2,563,202). The high and normal maxima
+    are tasks bound to the one G3 node of the share while an 8-GPU task ran there for
+    eleven days, which no node choice undoes. The other traces name no model: their plans
+    are unchanged."""
+    layout = state.layout
+
+    def compute() -> np.ndarray:
+        out = np.zeros(len(layout.names), dtype=np.float64)
+        gpus = layout.gpu_count.astype(np.float64)
+        cap = {m: float(gpus[rows].sum()) for m, rows in layout.model_rows.items()
+               if m is not None}
+        cap = {m: c for m, c in cap.items() if c > 0}
+        fleet = sum(cap.values())
+        named = dict.fromkeys(cap, 0.0)
+        total = 0.0
+        for shape, weight in zip(mix.shapes, mix.weights, strict=True):
+            if not shape.gpus:
+                continue
+            demand = weight * shape.gpus * shape.gpu_milli
+            total += demand
+            if shape.gpu_models:
+                takers = [m for m in cap if m in shape.gpu_models]
+                held = sum(cap[m] for m in takers)
+                for m in takers:
+                    named[m] += demand * cap[m] / held
+        if total and fleet:
+            for m, c in cap.items():
+                out[layout.model_rows[m]] = min(named[m] / total / (c / fleet), 1.0)
+        return out
+
+    return _per_mix(layout, "model_pressure_mix", mix, compute)
 
 
 def lifetime_points(ends: np.ndarray, limit_s: float) -> np.ndarray:
