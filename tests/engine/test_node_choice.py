@@ -12,6 +12,7 @@ from gpu_pool.engine.greedy import (
     FGD_CELLS,
     ORDER_POINTS,
     SIZE_POINTS,
+    SOLE_HOST_SIZE,
     keep_whole,
     model_pressure,
     node_order,
@@ -133,18 +134,18 @@ def test_a_clearly_better_fgd_score_beats_the_size() -> None:
     assert _place(state, WHOLE, milli=500) == big
 
 
-def test_the_one_node_that_can_hold_a_shape_is_kept_whole_like_the_biggest() -> None:
+def test_the_one_node_that_can_hold_a_shape_is_kept_whole_before_the_biggest() -> None:
     # Three big A100 nodes and one small H100 node (same card memory: no right-size
     # difference); some tasks of the mix name H100. A task any model can run would go to
     # the small node for its size; it is the only one the H100 tasks can use (their sole
-    # host), so it counts as the biggest and the task goes to an A100 node.
+    # host), so it counts as twice the biggest and the task goes to an A100 node.
     nodes = [make_node(f"a{i}", "A100", 8, cpu=128_000) for i in range(3)]
     nodes.append(make_node("h", "H100", 2, cpu=32_000))
     state = FleetState.from_nodes(nodes)
     mix = WorkloadMix((TaskShape(1, 1000, 4_000),
                        TaskShape(1, 1000, 4_000, 0, frozenset({"H100"}))), (0.9, 0.1))
     assert node_size(state.layout)[-1] == (2 / 8 + 32 / 128) / 2
-    assert keep_whole(state, mix).tolist() == [1.0] * 4
+    assert keep_whole(state, mix).tolist() == [1.0] * 3 + [SOLE_HOST_SIZE]
     assert keep_whole(state).tolist() == node_size(state.layout).tolist()
     assert _place(state, mix) != "h"
 
@@ -236,3 +237,31 @@ def test_work_any_model_runs_leaves_a_named_models_cards_to_the_work_that_needs_
     assert plan.placements[0].assignments[0].node.startswith("h")
     monkeypatch.setattr(greedy, "MODEL_POINTS", 0.0)
     assert _place(_two_models(), mix).startswith("h")
+
+
+def _sole_host_fleet() -> tuple[FleetState, WorkloadMix]:
+    # Two A100 nodes of 96 cores and one H100 node of 128, the only one an 8-GPU task asking
+    # 120 cores fits. A few tasks name A100: the H100 node's cards are a fragment to them,
+    # so FGD rates an 8-GPU task that drains a node's cards a few points better there.
+    nodes = [make_node("a1", "A100", 8, cpu=96_000), make_node("a2", "A100", 8, cpu=96_000),
+             make_node("h", "H100", 8, cpu=128_000)]
+    mix = WorkloadMix((TaskShape(1, 1000, 4_000),
+                       TaskShape(1, 1000, 4_000, 0, frozenset({"A100"})),
+                       TaskShape(8, 1000, 120_000)), (0.87, 0.08, 0.05))
+    return FleetState.from_nodes(nodes), mix
+
+
+def test_the_sole_host_takes_work_others_hold_only_where_fgd_rates_it_clearly_better(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # An 8-GPU task asking 88 cores, which every node holds, goes to an A100 node. Counted
+    # as only the largest node (as before 2026-12-07) the H100 node took it, and the
+    # 120-core tasks would have waited for its whole run.
+    state, mix = _sole_host_fleet()
+    assert scarce_hosts(state.layout, mix, 0.0).tolist() == [False, False, True]
+    request = make_request("big", gpus=8, cpu=88_000)
+    plan = plan_on_state(state, [request], policy=Policy(), now=NOW, workload_mix=mix)
+    assert plan.placements[0].assignments[0].node.startswith("a")
+    monkeypatch.setattr(greedy, "SOLE_HOST_SIZE", 1.0)
+    state, mix = _sole_host_fleet()
+    plan = plan_on_state(state, [request], policy=Policy(), now=NOW, workload_mix=mix)
+    assert plan.placements[0].assignments[0].node == "h"

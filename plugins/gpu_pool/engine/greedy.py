@@ -69,6 +69,9 @@ FGD_CACHE_CELLS = 4_000_000
 ORDER_POINTS = 4.0
 # FGD score points the biggest node's size is worth against the smallest's (see node_size).
 SIZE_POINTS = 8.0
+# The size a node that alone can hold some shape of the mix counts as, against the largest
+# node's 1 (see keep_whole).
+SOLE_HOST_SIZE = 2.0
 # A mix shape at most this share of the nodes can hold is scarce (see node_order).
 SCARCE_HOSTS = 0.05
 # FGD score points the most a placement may lengthen a node's busy time is worth, and the
@@ -371,10 +374,24 @@ def _per_mix(layout: FleetLayout, key: str, mix: WorkloadMix,
 
 
 def keep_whole(state: FleetState, mix: WorkloadMix | None = None) -> np.ndarray:
-    """Per row, in (0, 1]: how much :func:`node_cost` wants the node kept whole, times
-    :data:`SIZE_POINTS`: its size (:func:`node_size`), or 1 where it is the only node
-    that can hold some shape of ``mix``, however small: the one 2-GPU node of a model some
-    tasks name must not take the work any node could run because it is small.
+    """Per row, in (0, :data:`SOLE_HOST_SIZE`]: how much :func:`node_cost` wants the
+    node kept whole, times :data:`SIZE_POINTS`: its size (:func:`node_size`), or
+    :data:`SOLE_HOST_SIZE` where it is the only node that can hold some shape of ``mix``,
+    however small: the one 2-GPU node of a model some tasks name must not take the work
+    any node could run because it is small, and the one node an 8-GPU, 120-core task fits
+    takes other work only where FGD rates it clearly better than every other node.
+
+    The sole host counted as the largest node (1) until 2026-12-07. In the gpuspec10
+    replay (seed 42) an 8-GPU, 88-core normal task with a 15-day limit then went to the
+    one G3 node rather than to an empty G2 node that held it as well (costs 31.36 against
+    32.31: FGD rated the G3 node 2 points better and the model pressure 0.5, the size and
+    the order gave the G2 node 1.5 back), and the tasks
+    only the G3 node can run waited up to 978,648 s behind it. At twice the largest
+    (``bench/replay_seeds.py``, all three mixes, medians of seeds 42-51, longest wait
+    high / normal / low, s): default high / normal 59 / 671 -> 59 / 58 (best-fit 59 /
+    6,384); gpushare40 59 / 58 as before (best-fit's); gpuspec10 842,302 / 321,984 / 17,569 ->
+    88,072 / 286,855 / 11,268 (best-fit 2,304,686 / 218,905 / 2,563,202). The full openb
+    fleet has no sole host, so the packing benchmark is unchanged.
 
     Only the sole host, not every node of :data:`SCARCE_HOSTS`' tier (which
     :func:`node_order` puts last): measured on gpuspec10 (tasks that name a model), the
@@ -388,7 +405,8 @@ def keep_whole(state: FleetState, mix: WorkloadMix | None = None) -> np.ndarray:
     if mix is None or not len(mix):
         return node_size(layout)
     return _per_mix(layout, "keep_whole_mix", mix,
-                    lambda: np.maximum(node_size(layout), scarce_hosts(layout, mix, 0.0)))
+                    lambda: np.maximum(node_size(layout),
+                                       SOLE_HOST_SIZE * scarce_hosts(layout, mix, 0.0)))
 
 
 def node_size(layout: FleetLayout) -> np.ndarray:
