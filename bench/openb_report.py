@@ -494,8 +494,14 @@ def render(packing: dict, replay: dict, args: argparse.Namespace, out: Path,
         "of their model in this share: on this seed the engine's normal-priority maximum "
         "is far above bestfit's, its high and low below; over seeds 42-51 "
         "(`bench/replay_seeds.py`) the medians of the longest waits, high / normal / low, "
-        "are 826,598 / 321,984 / 567,416 s for the engine and 2,304,686 / 218,905 / "
-        "2,563,202 s for bestfit. The starvation guard (`Policy.reserve_after` 1 h, "
+        "are 88,072 / 286,855 / 11,268 s for the engine and 2,304,686 / 218,905 / "
+        "2,563,202 s for bestfit (826,598 / 321,984 / 567,416 s before the engine left "
+        "the cards of a model that tasks name to those tasks, `model_pressure`: on seed 42 "
+        "long tasks any card could run had taken seven of the eight T4 cards for months; "
+        "842,302 / 321,984 / 17,569 s after it, before the node that alone holds a shape "
+        "counted as twice the largest: an 8-GPU, 88-core task with a 15-day limit had "
+        "taken the one G3 node over an empty G2 node). "
+        "The starvation guard (`Policy.reserve_after` 1 h, "
         "`max_reservations` 1) closes the node such a task waits for to new work, but "
         "cannot end what already runs there.",
         "",
