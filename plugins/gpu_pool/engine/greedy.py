@@ -525,9 +525,9 @@ def model_pressure(state: FleetState, mix: WorkloadMix) -> np.ndarray:
     567,416, packing 4.50 / 4.38; 4 points 978,648 / 321,984 / 72,372, packing 4.49;
     8 points 842,302 / 321,984 / 17,569, packing 4.58 / 4.46; 20 points 978,648 /
     321,984 / 7,054 (best-fit 2,304,686 / 218,905 / 2,563,202). The high and normal maxima
-    are tasks bound to the one G3 node of the share while an 8-GPU task ran there for
-    eleven days, which no node choice undoes. The other traces name no model: their plans
-    are unchanged."""
+    left were tasks bound to the one G3 node of the share while an 8-GPU task ran there for
+    eleven days; :func:`keep_whole`'s sole-host size took them down. The other traces name
+    no model: their plans are unchanged."""
     layout = state.layout
 
     def compute() -> np.ndarray:
@@ -1092,9 +1092,9 @@ def best_greedy(start: Cycle, ordered: Sequence[Request], weights: dict[str, int
     whole GPUs worse than arrival order on the openb trace (4.9 against 4.4 % unallocated
     with 50 arrivals per cycle, seeds 42-43), and neither wins every cycle.
 
-    ``in_place``: the caller needs ``start`` no more, so a single request is placed on it
-    rather than on a copy (a per-arrival decision of the simulator copies the fleet and
-    its FGD measure once instead of twice).
+    ``in_place``: the caller needs ``start`` no more when it holds a single request, so that
+    request is placed on ``start`` rather than on a copy (a per-arrival decision of the
+    simulator copies the fleet and its FGD measure once instead of twice).
     """
     work = start if in_place and len(ordered) < 2 else start.clone()
     placements, value = run_greedy(work, ordered, weights, views, groups)

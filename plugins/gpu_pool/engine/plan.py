@@ -233,9 +233,10 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
         first = held.placed
         ordered = [r for r in ordered if r.name not in first]
     # 4. greedy
-    # The solvers of step 5 start again from ``start`` only when there is a choice to make.
+    # The solvers of step 5 start again from ``start`` only when there is a choice to make,
+    # so a single request may be placed on it (best_greedy decides when that is).
     work, placements, greedy_value = best_greedy(start, ordered, weights, views, groups, usage,
-                                                 in_place=len(ordered) < 2)
+                                                 in_place=True)
     stats = SolveStats(SolveStatus.GREEDY if eligible else SolveStatus.TRIVIAL,
                        0.0, float(greedy_value), float(greedy_value))
     best_value, final = greedy_value, work
