@@ -65,7 +65,8 @@ def test_order_is_weight_then_fair_share(specs, usage):
                          waited=timedelta(minutes=mins))
             for i, (prio, team, mins, gpus) in enumerate(specs)]
     weights = aged_weights(reqs, POLICY, NOW)
-    for order in (greedy_order(reqs, weights, usage), *other_greedy_orders(reqs, weights, usage)):
+    others = [order for order, _ in other_greedy_orders(reqs, weights, usage)]
+    for order in (greedy_order(reqs, weights, usage), *others):
         assert sorted(r.name for r in order) == sorted(r.name for r in reqs)
         for a, b in zip(order, order[1:], strict=False):
             assert weights[a.name] >= weights[b.name]  # class and aging first, always

@@ -104,7 +104,9 @@ def test_share_breaking_a_whole_gpu_counts():
     snap = make_snapshot([node], reqs, allocations=[used], policy=policy)
     result = plan(snap)
     check_plan(result, snap)
-    # Larger first: the half fills GPU 3; the quarter would break a whole GPU (3 kept of 3).
+    # The quarter first (age order) would take GPU 3 and leave the half nowhere; larger
+    # first places more, so it wins: the half fills GPU 3, the quarter would break a
+    # whole GPU (3 kept of 3).
     assert [p.request_name for p in result.placements] == ["s2"]
     assert result.placement_of("s2").assignments[0].gpu_indices == (3,)
     assert result.reason_of("s1").code is ReasonCode.HEADROOM_RESERVED

@@ -5,11 +5,11 @@ Model
 The future as this cycle leaves it, with no new arrivals: the capacity free after the
 plan; every active allocation with a time limit frees its GPUs, CPU and RAM at its
 *expected end* (one without a limit never), every placement of this plan likewise.
-Waiting requests are taken in the cycle's order (priority and aging, larger first, older
-first) and started, as the engine's greedy pass would, at the first moment they fit: at
-``now`` if they already fit, else at the first expected end of a hold that makes room for
-them; what starts holds its capacity until its own expected end (for ever without a
-limit).
+Waiting requests are taken in the cycle's order (priority and aging, larger whole-GPU
+requests first, older first) and started, as the engine's greedy pass would, at the first
+moment they fit: at ``now`` if they already fit, else at the first expected end of a hold
+that makes room for them; what starts holds its capacity until its own expected end
+(for ever without a limit).
 
 Expected ends: tasks end well before their limits (users over-ask), so a limit alone
 makes a late estimate. Given ``ratios``, the run time / time limit of recently finished

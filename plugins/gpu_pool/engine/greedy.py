@@ -26,9 +26,10 @@ node choice
     a share takes the tightest GPU that holds it. A gang takes its K best distinct rows.
 
 Order: aged weight descending, then (fair share) the team with less decayed use first,
-then larger requests first, then older, then by name: deterministic, so the same snapshot
-always yields the same plan. Fair share only breaks ties of equal aged weight, so it never
-lifts a request above a more urgent class or above a longer wait that aged its weight.
+then larger whole-GPU requests first (GPU shares and CPU-only requests after them, by
+age), then older, then by name: deterministic, so the same snapshot always yields the same
+plan. Fair share only breaks ties of equal aged weight, so it never lifts a request above a
+more urgent class or above a longer wait that aged its weight.
 
 Invariants: :func:`fit` never changes the cycle; :meth:`Cycle.commit` applies through
 :meth:`FleetState.apply`, which refuses any over-allocation, so a plan built here never
@@ -1053,29 +1054,39 @@ def group_codes(layout: FleetLayout) -> np.ndarray:
 def greedy_order(requests: Sequence[Request], weights: dict[str, int],
                  usage: Mapping[str, float] | None = None) -> list[Request]:
     """Most valuable first (see the module docstring); deterministic. ``usage``: decayed
-    GPU-hours per team (fair share; None or empty: off)."""
+    GPU-hours per team (fair share; None or empty: off).
+
+    Larger whole-GPU requests first (8-GPU work before the 1-GPU work that would split
+    its nodes), but GPU shares by age, not largest first: in batches of 50 arrivals of the
+    openb trace made 80 % shares (packing, seed 42), shares largest first left 13.15 % of
+    the GPUs unallocated against 10.86 % in arrival order (see :func:`best_greedy`)."""
     use = usage or {}
 
     def key(r: Request) -> tuple:
-        t = r.submitted_at.timestamp() if r.submitted_at else float("-inf")
-        return (-weights[r.name], use.get(r.team, 0.0), -r.total_gpu_milli, t, r.name)
+        return (-weights[r.name], use.get(r.team, 0.0), 0 if r.is_share else -r.total_gpu_milli,
+                _submitted(r), r.name)
     return sorted(requests, key=key)
 
 
+def _submitted(r: Request) -> float:
+    return r.submitted_at.timestamp() if r.submitted_at else float("-inf")
+
+
 def other_greedy_orders(requests: Sequence[Request], weights: dict[str, int],
-                        usage: Mapping[str, float] | None = None) -> list[list[Request]]:
-    """The orders a small cycle tries besides :func:`greedy_order` (:func:`best_greedy`):
-    within equal weight (then fair share), oldest first and smallest first. Weight always
-    ranks first."""
+                        usage: Mapping[str, float] | None = None
+                        ) -> list[tuple[list[Request], bool]]:
+    """The orders a small cycle tries besides :func:`greedy_order` (:func:`best_greedy`),
+    each with whether it may win on fragmentation alone: within equal weight (then fair
+    share), oldest first and smallest first (they may), then larger first, shares too
+    (only by placing more value). Weight always ranks first."""
     use = usage or {}
-
-    def submitted(r: Request) -> float:
-        return r.submitted_at.timestamp() if r.submitted_at else float("-inf")
-
-    return [sorted(requests, key=lambda r: (-weights[r.name], use.get(r.team, 0.0),
-                                            submitted(r), r.name)),
-            sorted(requests, key=lambda r: (-weights[r.name], use.get(r.team, 0.0),
-                                            r.total_gpu_milli, submitted(r), r.name))]
+    return [(sorted(requests, key=lambda r: (-weights[r.name], use.get(r.team, 0.0),
+                                             _submitted(r), r.name)), True),
+            (sorted(requests, key=lambda r: (-weights[r.name], use.get(r.team, 0.0),
+                                             r.total_gpu_milli, _submitted(r), r.name)), True),
+            (sorted(requests, key=lambda r: (-weights[r.name], use.get(r.team, 0.0),
+                                             -r.total_gpu_milli, _submitted(r), r.name)),
+             False)]
 
 
 def best_greedy(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
@@ -1086,11 +1097,18 @@ def best_greedy(start: Cycle, ordered: Sequence[Request], weights: dict[str, int
     cycle affords the FGD measure and has more than one request, over the
     :func:`other_greedy_orders` too: the plan of highest
     value wins, equal values go to the one that leaves the fleet least fragmented (FGD's
-    expected fragmentation summed over nodes), then to the first order. Deterministic.
+    expected fragmentation summed over nodes; not larger first, see below), then to the
+    first order. Deterministic.
 
     One order alone is a gamble on the queue: larger-first packs a batch of shares and
     whole GPUs worse than arrival order on the openb trace (4.9 against 4.4 % unallocated
-    with 50 arrivals per cycle, seeds 42-43), and neither wins every cycle.
+    with 50 arrivals per cycle, seeds 42-43), and neither wins every cycle. Shares largest
+    first win on the FGD measure of the batch's end state and lose on what the next
+    batches can still place: with them as the first order and any order winning on
+    fragmentation, 50-arrival batches of the trace made 80 % shares left 11.65 % of the
+    GPUs unallocated (seed 42), arrival order alone 10.86 %, the orders of today 10.80 %;
+    larger first still wins a cycle where it places more (a half share before a quarter
+    that would break a whole GPU kept as headroom).
 
     ``in_place``: the caller needs ``start`` no more when it holds a single request, so that
     request is placed on ``start`` rather than on a copy (a per-arrival decision of the
@@ -1103,7 +1121,7 @@ def best_greedy(start: Cycle, ordered: Sequence[Request], weights: dict[str, int
     frag = work.fragmentation(1)
     best = (value, -frag.fleet_fragment() if frag is not None else 0.0)
     seen = {tuple(r.name for r in ordered)}
-    for order in other_greedy_orders(ordered, weights, usage):
+    for order, on_fragmentation in other_greedy_orders(ordered, weights, usage):
         key = tuple(r.name for r in order)
         if key in seen:
             continue
@@ -1112,7 +1130,8 @@ def best_greedy(start: Cycle, ordered: Sequence[Request], weights: dict[str, int
         trial_placements, trial_value = run_greedy(trial, order, weights, views, groups)
         trial_frag = trial.fragmentation(1)
         score = (trial_value, -trial_frag.fleet_fragment() if trial_frag is not None else 0.0)
-        if score[0] > best[0] or (score[0] == best[0] and score[1] > best[1] + 1e-6):
+        if score[0] > best[0] or (on_fragmentation and score[0] == best[0]
+                                  and score[1] > best[1] + 1e-6):
             work, placements, value, best = trial, trial_placements, trial_value, score
     return work, placements, value
 

@@ -18,7 +18,8 @@ shortfall of a row
     0 means it fits the row now.
 
 Rule (applied to the start cycle, before greedy and CP-SAT, so every planner sees it):
-starving requests are taken in greedy order (aged weight, larger first, older first).
+starving requests are taken in greedy order (aged weight, larger whole-GPU requests first,
+older first).
 The first ``Policy.max_reservations`` of them are served (the rest wait their turn, as
 in Slurm, where only the top of the queue holds a reservation; serving every starving
 request of a long backlog would turn the cycle into a fixed-order greedy pass): each that
