@@ -1058,8 +1058,9 @@ def greedy_order(requests: Sequence[Request], weights: dict[str, int],
 
     Larger whole-GPU requests first (8-GPU work before the 1-GPU work that would split
     its nodes), but GPU shares by age, not largest first: in batches of 50 arrivals of the
-    openb trace made 80 % shares (packing, seed 42), shares largest first left 13.15 % of
-    the GPUs unallocated against 10.86 % in arrival order (see :func:`best_greedy`)."""
+    openb trace made 80 % shares (packing, seed 42), largest first, shares too, left
+    13.15 % of the GPUs unallocated against 10.86 % in arrival order (see
+    :func:`best_greedy`)."""
     use = usage or {}
 
     def key(r: Request) -> tuple:
@@ -1102,9 +1103,9 @@ def best_greedy(start: Cycle, ordered: Sequence[Request], weights: dict[str, int
 
     One order alone is a gamble on the queue: larger-first packs a batch of shares and
     whole GPUs worse than arrival order on the openb trace (4.9 against 4.4 % unallocated
-    with 50 arrivals per cycle, seeds 42-43), and neither wins every cycle. Shares largest
-    first win on the FGD measure of the batch's end state and lose on what the next
-    batches can still place: with them as the first order and any order winning on
+    with 50 arrivals per cycle, seeds 42-43), and neither wins every cycle. Largest first,
+    shares too, wins on the FGD measure of the batch's end state and loses on what the
+    next batches can still place: with it as the first order and any order winning on
     fragmentation, 50-arrival batches of the trace made 80 % shares left 11.65 % of the
     GPUs unallocated (seed 42), arrival order alone 10.86 %, the orders of today 10.80 %;
     larger first still wins a cycle where it places more (a half share before a quarter
