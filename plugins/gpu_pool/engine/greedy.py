@@ -1061,16 +1061,20 @@ def greedy_order(requests: Sequence[Request], weights: dict[str, int],
     openb trace made 80 % shares (packing, seed 42), largest first, shares too, left
     13.15 % of the GPUs unallocated against 10.86 % in arrival order (see
     :func:`best_greedy`)."""
+    return _ranked(requests, weights, usage, lambda r: 0 if r.is_share else -r.total_gpu_milli)
+
+
+def _ranked(requests: Sequence[Request], weights: dict[str, int],
+            usage: Mapping[str, float] | None, size: Callable[[Request], int]) -> list[Request]:
+    """``requests`` by aged weight, then (fair share) the team's decayed use, then
+    ``size``, then submission time and name: every order a cycle tries differs only in
+    ``size``."""
     use = usage or {}
 
     def key(r: Request) -> tuple:
-        return (-weights[r.name], use.get(r.team, 0.0), 0 if r.is_share else -r.total_gpu_milli,
-                _submitted(r), r.name)
+        t = r.submitted_at.timestamp() if r.submitted_at else float("-inf")
+        return (-weights[r.name], use.get(r.team, 0.0), size(r), t, r.name)
     return sorted(requests, key=key)
-
-
-def _submitted(r: Request) -> float:
-    return r.submitted_at.timestamp() if r.submitted_at else float("-inf")
 
 
 def other_greedy_orders(requests: Sequence[Request], weights: dict[str, int],
@@ -1080,14 +1084,9 @@ def other_greedy_orders(requests: Sequence[Request], weights: dict[str, int],
     each with whether it may win on fragmentation alone: within equal weight (then fair
     share), oldest first and smallest first (they may), then larger first, shares too
     (only by placing more value). Weight always ranks first."""
-    use = usage or {}
-    return [(sorted(requests, key=lambda r: (-weights[r.name], use.get(r.team, 0.0),
-                                             _submitted(r), r.name)), True),
-            (sorted(requests, key=lambda r: (-weights[r.name], use.get(r.team, 0.0),
-                                             r.total_gpu_milli, _submitted(r), r.name)), True),
-            (sorted(requests, key=lambda r: (-weights[r.name], use.get(r.team, 0.0),
-                                             -r.total_gpu_milli, _submitted(r), r.name)),
-             False)]
+    return [(_ranked(requests, weights, usage, lambda r: 0), True),
+            (_ranked(requests, weights, usage, lambda r: r.total_gpu_milli), True),
+            (_ranked(requests, weights, usage, lambda r: -r.total_gpu_milli), False)]
 
 
 def best_greedy(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
