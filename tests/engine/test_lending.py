@@ -198,6 +198,27 @@ def test_fewest_victims_across_nodes() -> None:
     assert "took back 4 GPUs lent to team nlp (one)" in result.placement_of("x").note
 
 
+def test_the_excess_cap_is_not_spent_on_a_victim_the_request_does_not_need() -> None:
+    """nlp holds 3.2 GPUs beyond its guarantee of 8 (7.7 on node b, 3.5 on node a), none of
+    it borrowed. cv needs 4 whole GPUs of node a: its free one and the 3 of w1-w3. nlp's
+    share on GPU 0 loses the least work, so it comes first, but freeing it frees no whole
+    GPU (cv's own share holds the other half); taking it and w1-w3 would take 3.5 GPUs from
+    nlp, more than its 3.2 beyond its guarantee. w1-w3 alone restore cv's guarantee."""
+    allocs = (make_allocation("nlp-own", B, tuple(range(7)), team="nlp"),
+              make_allocation("nlp-share", B, (7,), milli=700, team="nlp"),
+              make_allocation("share", A, (0,), milli=500, team="nlp", priority=BATCH,
+                              preemptible=True, ran=timedelta(minutes=30)),
+              make_allocation("cv-share", A, (0,), milli=500, team="cv"),
+              *(make_allocation(f"w{k}", A, (k,), team="nlp", priority=BATCH,
+                                preemptible=True, ran=timedelta(hours=2)) for k in (1, 2, 3)),
+              make_allocation("cv-own", A, (5, 6, 7), team="cv"))
+    snap = make_snapshot([A, B], [_cv(4)], allocations=allocs, quotas=QUOTAS)
+    result = plan(snap)
+    check_plan(result, snap)
+    assert sorted(p.request_name for p in result.preemptions) == ["w1", "w2", "w3"]
+    assert result.placement_of("x").assignments[0].gpu_indices == (1, 2, 3, 4)
+
+
 def test_work_within_its_teams_guarantee_is_not_reclaimed() -> None:
     """nlp holds 4 + 4 = its guarantee of 8, none of it borrowed: cv, which needs all 8
     GPUs of node a, finds nothing to take back and waits."""

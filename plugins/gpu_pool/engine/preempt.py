@@ -186,27 +186,49 @@ class Preempter:
                            if v.request_name not in self.taken and allowed(v)), key=order)
             if not pool:
                 continue
-            trial = cycle.clone()
-            freed: list[Victim] = []
-            spent: dict[str, int] = defaultdict(int)
-            rows = np.array([row])
-            for v in pool:
-                if capped(v):
-                    if spent[v.team] + v.milli > self.excess.get(v.team, 0):
-                        continue
-                    spent[v.team] += v.milli
-                _free(trial, v)
-                freed.append(v)
-                if fit(trial, r, weight, view, g, rows) is not None:
+            freed = self._freeing(r, weight, view, g, row, pool, capped)
+            if freed is not None:
+                freed = self._minimal(r, weight, view, g, row, freed, order)
+            elif any(capped(v) for v in pool):
+                # The caps may have been spent on victims the request does not need, passing
+                # over one it does: free them all, keep those it needs, then check the caps.
+                freed = self._freeing(r, weight, view, g, row, pool, lambda v: False)
+                if freed is not None:
                     freed = self._minimal(r, weight, view, g, row, freed, order)
-                    cost = (*first(freed), -min(x.rank for x in freed),
-                            sum(x.work_lost for x in freed), len(freed), row)
-                    if best is None or cost < best[0]:
-                        best = (cost, freed)
-                    break
+                    spent: dict[str, int] = defaultdict(int)
+                    for v in freed:
+                        if capped(v):
+                            spent[v.team] += v.milli
+                    if any(m > self.excess.get(t, 0) for t, m in spent.items()):
+                        freed = None
+            if freed is not None:
+                cost = (*first(freed), -min(x.rank for x in freed),
+                        sum(x.work_lost for x in freed), len(freed), row)
+                if best is None or cost < best[0]:
+                    best = (cost, freed)
         if best is None:
             return None
         return best[0][-1], best[1]
+
+    def _freeing(self, r: Request, weight: int, view: RequestView, g: np.ndarray, row: int,
+                 pool: list[Victim], capped: Callable[[Victim], bool]) -> list[Victim] | None:
+        """The victims of ``pool`` on ``row``, freed in its order until ``r`` fits there (a
+        ``capped`` victim skipped when its team's :attr:`excess` is spent); None: it never
+        fits."""
+        trial = self.cycle.clone()
+        freed: list[Victim] = []
+        spent: dict[str, int] = defaultdict(int)
+        rows = np.array([row])
+        for v in pool:
+            if capped(v):
+                if spent[v.team] + v.milli > self.excess.get(v.team, 0):
+                    continue
+                spent[v.team] += v.milli
+            _free(trial, v)
+            freed.append(v)
+            if fit(trial, r, weight, view, g, rows) is not None:
+                return freed
+        return None
 
     def _minimal(self, r: Request, weight: int, view: RequestView, g: np.ndarray, row: int,
                  freed: list[Victim], order: Callable[[Victim], tuple]) -> list[Victim]:
