@@ -91,8 +91,9 @@ def targets(s: dict[str, Any], heartbeat: float) -> list[tuple[str, str, bool | 
          None if crit is None else crit["p95"] <= heartbeat),
         (f"no team below its guarantee with work queued longer than heartbeat + grace "
          f"({limit:g} s; any cause)", f"{below_any:,.0f} s", below_any <= limit),
-        ("... while other teams hold beyond their guarantees what its smallest queued "
-         "task needs (reclaim could restore it)", f"{below:,.0f} s", below <= limit),
+        ("... while preempting other teams' work beyond their guarantees would let one of "
+         "its queued tasks start (reclaim could restore it)", f"{below:,.0f} s",
+         below <= limit),
         ("GPU-hours lost to preemption <= 2%", f"{sh['lost_pct']:.3f}%", sh["lost_pct"] <= 2),
         ("no task preempted more than twice", f"{sh['max_preemptions_of_a_task']}",
          sh["max_preemptions_of_a_task"] <= 2),
@@ -226,10 +227,16 @@ NOTES = [
     "so the fleet can be full while every team holds less than its guarantee; a task "
     "may fit only a node that non-preemptible work holds, or wait behind a gang's "
     "reservation. *While reclaim could restore it* counts only the stretches in which "
-    "other teams held, beyond their own guarantees, preemptible work at least as large "
-    "as the team's smallest queued task: the case reclaim exists for (Kueue's "
-    "reclaimWithinCohort: a team under its guarantee takes back from any team over its "
-    "own, borrowed or not).",
+    "one of the team's queued tasks that fit within its guarantee would fit on some node "
+    "(its GPUs, CPU, RAM and model) once other teams' preemptible work there were "
+    "stopped, no team giving up more than it held beyond its own guarantee, on a node "
+    "no starving request holds, and the task does not fit there already; or a "
+    "placement the team won by preemption waits out its victims' grace: the case "
+    "reclaim exists for (Kueue's reclaimWithinCohort: a team under its guarantee takes "
+    "back from any team over its own, borrowed or not). Before 2026-12-07 it counted "
+    "GPUs alone (other teams' preemptible GPUs beyond their guarantees at least the "
+    "team's smallest queued task), which counted waits for CPU that no preemption "
+    "could end.",
     "- Off-peak: the policy's windows (default 20:00-08:00 UTC; the replay's clock is "
     "2023-01-01 00:00 UTC + trace seconds / K). Off-peak allocation while queued counts "
     "the off-peak hours in which any GPU task waited, whatever it waited for; *while the "

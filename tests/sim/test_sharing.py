@@ -200,7 +200,26 @@ def test_a_lent_guarantee_is_reclaimed_within_heartbeat_plus_grace() -> None:
     assert kinds == {"reclaim"}
     assert sorted(n for _, _, _, n in got.values()) == [0, 0, 0, 0, 1, 1]
     summary = replay_summary(result)["sharing"]
-    assert summary["teams"]["inference"]["longest_below_guarantee_with_work_s"] <= 60 + grace
+    inference = summary["teams"]["inference"]
+    assert inference["longest_below_guarantee_with_work_s"] <= 60 + grace
+    # The arrival's own cycle reclaimed: no stretch in which reclaim could have and had not.
+    assert inference["longest_below_guarantee_restorable_s"] == 0
+
+
+def test_below_guarantee_counts_as_restorable_only_where_the_task_fits_after_reclaim() -> None:
+    # As above, but the inference task asks for more CPU than the node has: it waits below
+    # its guarantee while train holds beyond its own, and no preemption could start it.
+    arrive = 9 * HOUR + 1800
+    big = TraceTask("i0", 96000, 1024, 1, 1000, frozenset(), "LS", "Running", arrive,
+                    arrive + HOUR, arrive)
+    result = run_replay(scenario(big), "engine",
+                        ReplayConfig(heartbeat_s=60, teams=4, guarantees=GUARANTEES))
+    check_accounting(result)
+    assert by_name(result)["i0"][1] is None and result.sharing.preemptions == ()
+    inference = replay_summary(result)["sharing"]["teams"]["inference"]
+    assert inference["longest_below_guarantee_with_work_s"] > 9 * HOUR
+    assert inference["longest_below_guarantee_while_others_borrow_s"] > 9 * HOUR
+    assert inference["longest_below_guarantee_restorable_s"] == 0
 
 
 def test_without_sharing_a_team_stays_within_its_guarantee() -> None:

@@ -68,7 +68,15 @@ import numpy as np
 
 from gpu_pool.engine import plan_on_state
 from gpu_pool.engine.types import NodeAssignment, Placement, ReasonCode
-from gpu_pool.model import Allocation, OffPeak, Policy, PriorityClass, Quota, Request
+from gpu_pool.model import (
+    MILLI_PER_GPU,
+    Allocation,
+    OffPeak,
+    Policy,
+    PriorityClass,
+    Quota,
+    Request,
+)
 from gpu_pool.sim.engine_policy import SIM_EPOCH, domain_request
 from gpu_pool.sim.fleet import InfeasiblePlacement
 from gpu_pool.sim.teams import (
@@ -116,8 +124,8 @@ class SharingRecord:
     team_below: tuple[tuple[bool, ...], ...]  # ... below guarantee with work that fits in it
     # ... and meanwhile another team held more than its guarantee (borrowed: reclaimable).
     team_reclaimable: tuple[tuple[bool, ...], ...]
-    # ... and meanwhile the other teams could give up, without going below their own
-    # guarantees, at least the GPUs of its smallest queued task (_Shared.givable).
+    # ... and meanwhile stopping other teams' work beyond their own guarantees would let one
+    # of its queued tasks start on some node (_Shared.restorable).
     team_restorable: tuple[tuple[bool, ...], ...]
     queued_gpus: tuple[float, ...]  # per processed time, GPUs asked by the queue
     # per processed time: a queued task's last reason was its quota or headroom (the policy
@@ -380,10 +388,9 @@ class _Shared:
         return active + [h.alloc for h in self.handovers.values()]
 
     # records ------------------------------------------------------------------------
-    def team_state(self, pending: Sequence[Job]) -> tuple[tuple[float, ...], tuple[bool, ...],
-                                                           tuple[float, ...]]:
-        """Per team: GPUs held, whether it is below its guarantee with a queued task that
-        fits within it, and the GPUs of its smallest queued GPU task (inf: none)."""
+    def team_state(self, pending: Sequence[Job]) -> tuple[tuple[float, ...], tuple[bool, ...]]:
+        """Per team: GPUs held, and whether it is below its guarantee with a queued task
+        that fits within it."""
         held = {t.name: 0.0 for t in TEAMS}
         for a in self.attempts.values():
             held[a.job.team] += a.job.gpus
@@ -395,33 +402,103 @@ class _Shared:
             t.name in smallest
             and held[t.name] + smallest[t.name] <= self.guarantee.get(t.name, 0) + 1e-9
             for t in TEAMS)
-        return (tuple(held[t.name] for t in TEAMS), below,
-                tuple(smallest.get(t.name, math.inf) for t in TEAMS))
+        return tuple(held[t.name] for t in TEAMS), below
 
-    def givable(self, held: Sequence[float]) -> tuple[float, ...]:
-        """Per team: the GPUs reclaim could take from it without taking it below its
-        guarantee -- its running tasks that could be preempted (preemptible, not critical,
-        under the preemption cap, not already stopping), smallest first, while their sum
-        stays within what it holds beyond its guarantee. Counts GPUs only: where they sit,
-        and the CPU and RAM beside them, may still keep a queued task out."""
-        cap = self.policy.max_preemptions_per_task
-        sizes: dict[str, list[float]] = {t.name: [] for t in TEAMS}
+    def restorable(self, pending: Sequence[Job], held: Sequence[float],
+                   below: Sequence[bool], now: float,
+                   reserved: frozenset[int] = frozenset()) -> tuple[bool, ...]:
+        """Per team below its guarantee: whether reclaim is restoring it (a placement won
+        by preemption waits for its victims' grace) or could: one of its queued GPU tasks
+        that fit within the guarantee (counting what it holds and what it is about to get)
+        fits, on some node whose model it accepts (GPUs, CPU, RAM), once some of the other
+        teams' work running there is stopped -- work reclaim may take (preemptible, not
+        critical, under the preemption cap, past its minimum runtime if preempted before,
+        not already stopping), no team's taken work beyond what it holds over its guarantee
+        (its running work not already stopping, plus what it is about to get). Every set of
+        such victims on the node is tried (nodes hold a few tasks; beyond 12 candidates,
+        the 12 smallest). A node where the task fits already does not count (see
+        :meth:`_restores`), nor a node ``reserved`` for a starving request (reclaim, like
+        every other step, leaves those closed)."""
+        out = [False] * len(TEAMS)
+        if not any(below):
+            return tuple(out)
+        policy = self.policy
+        cap = policy.max_preemptions_per_task
+        least = policy.min_runtime_before_preemption.total_seconds()
+        coming = {t.name: 0.0 for t in TEAMS}
+        for h in self.handovers.values():
+            coming[h.job.team] += h.job.gpus
+        active = dict(coming)
+        for a in self.attempts.values():
+            if a.stop is None:
+                active[a.job.team] += a.job.gpus
+        room = {t.name: active[t.name] - self.guarantee.get(t.name, 0) for t in TEAMS}
+        on_node: dict[int, list[_Attempt]] = {}
         for a in self.attempts.values():
             job = a.job
             if (a.stop is None and job.preemptible and job.gpus > 0
                     and job.priority is not PriorityClass.CRITICAL
-                    and self.count[job.index] < cap):
-                sizes[job.team].append(job.gpus)
-        out = []
-        for t, h in zip(TEAMS, held, strict=True):
-            room = h - self.guarantee.get(t.name, 0) + 1e-9
-            took = 0.0
-            for g in sorted(sizes[t.name]):
-                if took + g > room:
-                    break
-                took += g
-            out.append(took)
+                    and room[job.team] >= job.gpus - 1e-9
+                    and self.count[job.index] < cap
+                    and (self.count[job.index] == 0 or now - a.start >= least)
+                    and a.node not in reserved):
+                on_node.setdefault(a.node, []).append(a)
+        fleet = self.runner.fleet
+        for i, team in enumerate(TEAMS):
+            if not below[i]:
+                continue
+            if coming[team.name]:
+                out[i] = True
+                continue
+            limit = self.guarantee.get(team.name, 0) - held[i] + 1e-9
+            shapes = {(j.task.num_gpu, j.task.gpu_milli, j.task.cpu_milli, j.task.memory_mib,
+                       j.task.gpu_spec) for j in pending
+                      if j.team == team.name and 0 < j.gpus <= limit}
+            out[i] = any(self._restores(fleet, shape, node, victims, room, team.name)
+                         for shape in shapes for node, victims in on_node.items())
         return tuple(out)
+
+    @staticmethod
+    def _restores(fleet, shape: tuple, node: int, victims: list[_Attempt],
+                  room: dict[str, float], team: str) -> bool:
+        """Whether a task of ``shape`` that does not fit on ``node`` now fits there once some
+        set of ``victims`` (other teams', each team's within its ``room``) is stopped. A
+        task that already fits waits for something reclaim does not decide (a reservation
+        of the node, the order of the queue): not counted here."""
+        gpus, milli, cpu, mem, spec = shape
+        if spec and fleet.models[node] not in spec:
+            return False
+        mine = sorted((a for a in victims if a.job.team != team),
+                      key=lambda a: (a.job.gpus, a.job.index))[:12]
+        base_gpu = fleet.free_milli[node, : fleet.gpus[node]].tolist()
+        base_cpu, base_mem = int(fleet.free_cpu[node]), int(fleet.free_memory[node])
+
+        def fits(free: list[int], c: int, m: int) -> bool:
+            if c < cpu or m < mem:
+                return False
+            if milli < MILLI_PER_GPU:
+                return bool(free) and max(free) >= milli
+            return free.count(MILLI_PER_GPU) >= gpus
+
+        if fits(base_gpu, base_cpu, base_mem):
+            return False
+        for mask in range(1, 1 << len(mine)):
+            chosen = [a for k, a in enumerate(mine) if mask >> k & 1]
+            taken: dict[str, float] = {}
+            for a in chosen:
+                taken[a.job.team] = taken.get(a.job.team, 0.0) + a.job.gpus
+            if any(g > room[t] + 1e-9 for t, g in taken.items()):
+                continue
+            free = list(base_gpu)
+            c, m = base_cpu, base_mem
+            for a in chosen:
+                for col in a.cols:
+                    free[col] += a.job.task.gpu_milli
+                c += a.job.task.cpu_milli
+                m += a.job.task.memory_mib
+            if fits(free, c, m):
+                return True
+        return False
 
     def over(self, held: Sequence[float]) -> tuple[bool, ...]:
         """Per team: whether it holds more than its guarantee (it borrows)."""
@@ -459,6 +536,7 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
     codes: dict[int, ReasonCode] = {}
     queued: list[float] = []
     off_peak: list[bool] = []
+    reserved: frozenset[int] = frozenset()  # rows the last cycle closed for starving requests
     nxt = 0
     last_cycle = -math.inf
     now = math.ceil(jobs[0].arrival / hb) * hb if jobs else 0.0
@@ -488,6 +566,7 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
                 sh.reason[int(why.request_name[1:])] = why.message
                 codes[int(why.request_name[1:])] = why.code
             done = sh.act(plan, head, pending, now)
+            reserved = frozenset(runner.row_of[n] for x in plan.reservations for n in x.nodes)
             pending = [j for j in pending if j.index not in done]
             # A preemption without grace frees its GPUs at once: hand them over now.
             for j in [j for j, a in sh.attempts.items() if a.end <= now]:
@@ -502,16 +581,13 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
             allocated.append(fleet.allocated_milli / fleet.capacity_milli)
             free = fleet.capacity_milli - fleet.allocated_milli
             frags.append(100.0 * runner.frag.fleet_fragment() / free if free else 0.0)
-            held, below, smallest = sh.team_state(pending)
+            held, below = sh.team_state(pending)
             team_held.append(held)
             team_below.append(below)
             over = sh.over(held)
             team_reclaimable.append(tuple(
                 b and any(o for k, o in enumerate(over) if k != i) for i, b in enumerate(below)))
-            givable = sh.givable(held)
-            team_restorable.append(tuple(
-                b and sum(x for k, x in enumerate(givable) if k != i) + 1e-9 >= smallest[i]
-                for i, b in enumerate(below)))
+            team_restorable.append(sh.restorable(pending, held, below, now, reserved))
             queued.append(sum(j.gpus for j in pending))
             policy_held.append(any(codes.get(j.index) in POLICY_CODES for j in pending))
             off_peak.append(policy.off_peak.contains(SIM_EPOCH + timedelta(seconds=now)))
