@@ -222,6 +222,19 @@ def test_below_guarantee_counts_as_restorable_only_where_the_task_fits_after_rec
     assert inference["longest_below_guarantee_restorable_s"] == 0
 
 
+def test_a_cycle_that_places_work_is_followed_by_one_at_the_next_heartbeat() -> None:
+    # Five 10-hour train tasks at 09:00 on a 4-GPU node: the 09:00 cycle starts four and
+    # the fifth waits. Nothing arrives or ends until 19:00, but the executor plans every
+    # heartbeat, and what a cycle placed may let the next one do more (reclaim what was
+    # just lent): the replay plans again at 09:01.
+    extra = task("t4", "BE", 9 * HOUR, 10 * HOUR)
+    result = run_replay(scenario(extra), "engine",
+                        ReplayConfig(heartbeat_s=60, teams=4, guarantees=GUARANTEES))
+    check_accounting(result)
+    # (10:00 is a cycle of its own: t4 has waited reserve_after, an hour.)
+    assert [t for t in result.times if t < 10 * HOUR] == [9 * HOUR, 9 * HOUR + 60]
+
+
 def test_without_sharing_a_team_stays_within_its_guarantee() -> None:
     arrive = 9 * HOUR + 1800
     trace = scenario(task("i0", "LS", arrive, HOUR))

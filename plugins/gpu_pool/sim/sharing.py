@@ -51,8 +51,12 @@ Cycles: as in the replay, on every arrival or end (a preempted task's stop and r
 included); in teams mode also, while work waits, at every time at which time alone may
 change the plan (:meth:`_Shared.trigger`: a victim reaching its minimum runtime, a request
 reaching ``reserve_after``, an off-peak window opening or closing), and at the peak while
-off-peak work runs. ``ReplayConfig.wake_s`` adds a cycle at least that often while work
-waits (aging and fair share change orders continuously, but never make room).
+off-peak work runs; and at the next heartbeat after a cycle that started or preempted
+anything while work still waits, as the executor plans every heartbeat: what one cycle
+placed may let the next do more (work it lent beyond a guarantee is work a team within its
+own guarantee may reclaim; reclaim comes before borrowing within a cycle).
+``ReplayConfig.wake_s`` adds a cycle at least that often while work waits (aging and fair
+share change orders continuously, but never make room).
 """
 
 from __future__ import annotations
@@ -568,6 +572,11 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
             done = sh.act(plan, head, pending, now)
             reserved = frozenset(runner.row_of[n] for x in plan.reservations for n in x.nodes)
             pending = [j for j in pending if j.index not in done]
+            if pending and (done or plan.preemptions):
+                # What a cycle places changes what the next one may do (work lent beyond a
+                # guarantee becomes work a team within its own may reclaim): as the executor,
+                # plan again at the next heartbeat.
+                sh.wake_at.add(now + hb)
             # A preemption without grace frees its GPUs at once: hand them over now.
             for j in [j for j, a in sh.attempts.items() if a.end <= now]:
                 sh.release(j, pending)
