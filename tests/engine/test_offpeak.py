@@ -237,3 +237,27 @@ def test_peak_reclaims_exactly_the_preemptible_off_peak_ones(flags, quarter_hour
     assert got == want
     assert all(x.kind == "peak" and x.grace_s == 120.0
                for x in peak_reclaims(allocs, POLICY, now))
+
+
+def test_work_within_its_quota_goes_before_work_lent_beyond_it():
+    """Kueue's order: requests within their quota before those that go beyond it. ml holds
+    its quota of 4 (preemptible, low) and asks one GPU more, lent off-peak; cv holds 3 of
+    its 4 and asks one (batch, within its quota). One GPU is free: cv gets it. Ranked by
+    class alone, ml's low would take it beyond its quota and cv would then reclaim one of
+    ml's GPUs, a preemption for nothing."""
+    n1, n2 = make_node("n1", gpus=4), make_node("n2", gpus=4)
+    allocations = (*(make_allocation(f"ml{k}", n1, (k,), team="ml", preemptible=True,
+                                     priority=PriorityClass.LOW) for k in range(4)),
+                   make_allocation("cv-own", n2, (0, 1, 2), team="cv"))
+    lent = replace(make_request("m", 1, team="ml", priority=PriorityClass.LOW,
+                                preemptible=True), submitted_at=NIGHT - timedelta(minutes=5))
+    within = replace(make_request("c", 1, team="cv", priority=PriorityClass.BATCH),
+                     submitted_at=NIGHT - timedelta(minutes=5))
+    assert OffPeakGate.at(POLICY, NIGHT).lends(lent)
+    p = plan(make_snapshot([n1, n2], [lent, within], allocations=allocations,
+                           quotas=[make_quota("ml", 4), make_quota("cv", 4)], policy=POLICY,
+                           now=NIGHT))
+    assert p.preemptions == ()
+    c = p.placement_of("c")
+    assert c is not None and [(a.node, a.gpu_indices) for a in c.assignments] == [("n2", (3,))]
+    assert p.placement_of("m") is None

@@ -20,7 +20,9 @@ lent
     or one that runs past the peak, is *held back*: it keeps
     its ordinary quota, and when that leaves it pending its reason says so
     ("held back: its 6 h time limit runs past the peak at 08:00 Europe/Berlin; off-peak
-    work must end before the peak").
+    work must end before the peak"). The plan places a lent request within its quota with
+    all other work first, and beyond it only after preemption and reclaim (step 6(b') of
+    :mod:`gpu_pool.engine.plan`): work within its quota goes before work beyond it.
 off-peak placement
     A lent request's placement that does not fit the quota left at the start of the cycle
     (after every placement that is not lent): :func:`mark_beyond_quota` sets

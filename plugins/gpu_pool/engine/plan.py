@@ -13,7 +13,8 @@ Steps of :func:`plan_on_state`:
    close the node(s) they need to everything else (:mod:`gpu_pool.engine.reserve`);
 4. greedy priority-order placement on a copy of it (small cycles try three orders
    within a priority and keep the best, see :func:`~gpu_pool.engine.greedy.best_greedy`):
-   the baseline;
+   the baseline; steps 4 and 5 place every request within its quota, one the off-peak
+   gate would lend too (it goes beyond its quota only in step 6(b'));
 5. a model on another copy: the exact per-GPU CP-SAT model (:mod:`gpu_pool.engine.exact`)
    when the cycle is small, else the class model (:mod:`gpu_pool.engine.cpsat`): its LP
    relaxation bounds every plan, and greedy within ``policy.solver_relative_gap`` of the
@@ -27,13 +28,19 @@ Steps of :func:`plan_on_state`:
    expected start may take its nodes (:func:`gpu_pool.engine.reserve.backfill`);
 6. preemption and borrowing on the plan's final cycle: (a) critical requests still
    pending may preempt eligible preemptible allocations; (b) requests within their team's
-   guarantee take back GPUs lent out (:mod:`gpu_pool.engine.preempt`); (c) preemptible
-   requests still pending may borrow beyond their guarantee, with the lender's consent
-   (:mod:`gpu_pool.engine.borrow`), never on nodes (a) or (b) preempted on;
+   guarantee take back GPUs lent out (:mod:`gpu_pool.engine.preempt`); (b') off-peak, the
+   requests the gate lends that are still pending go beyond their quota (greedy, their
+   lent quota groups); (c) preemptible requests still pending may borrow beyond their
+   guarantee, with the lender's consent (:mod:`gpu_pool.engine.borrow`); neither (b') nor
+   (c) on nodes (a) or (b) preempted on. So work within its quota goes before work beyond
+   it, whatever their classes (Kueue's order: requests under nominal quota before
+   borrowing ones); ranked by class alone, a low request lent beyond its team's quota
+   could take the GPU a batch request within its own needs, which reclaim would then
+   take back from the lent team: a preemption for nothing;
    6b. once off-peak has ended, the peak preempts the preemptible off-peak allocations
-   still running (:mod:`gpu_pool.engine.offpeak`; off-peak lending in step 1 only lends
-   work that ends before the peak or is preemptible, and lent placements beyond quota are
-   marked);
+   still running (:mod:`gpu_pool.engine.offpeak`; off-peak lending in step 6(b') only
+   lends work that ends before the peak or is preemptible, and lent placements beyond
+   quota are marked);
 7. a reason for every request left pending (:mod:`gpu_pool.engine.reasons`);
 8. an estimated start for each request waiting for capacity, the first
    ``policy.start_estimates`` in line (:mod:`gpu_pool.engine.estimate`).
@@ -74,7 +81,7 @@ from gpu_pool.engine.greedy import (
     row_ends,
 )
 from gpu_pool.engine.objective import RequestView, aged_weights, build_view, view_key
-from gpu_pool.engine.quota import QuotaBook
+from gpu_pool.engine.quota import NO_QUOTA, QuotaBook
 from gpu_pool.engine.reasons import ReasonInputs, pending_reason, queued_behind
 from gpu_pool.engine.types import (
     PendingReason,
@@ -235,20 +242,20 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     # 4. greedy
     # The solvers of step 5 start again from ``start`` only when there is a choice to make,
     # so a single request may be placed on it (best_greedy decides when that is).
-    work, placements, greedy_value = best_greedy(start, ordered, weights, views, groups, usage,
-                                                 in_place=True)
+    work, placements, greedy_value = best_greedy(start, ordered, weights, views, own_groups,
+                                                 usage, in_place=True)
     stats = SolveStats(SolveStatus.GREEDY if eligible else SolveStatus.TRIVIAL,
                        0.0, float(greedy_value), float(greedy_value))
     best_value, final = greedy_value, work
     # 5. CP-SAT (exact when small, over classes otherwise), when there is a choice to make
     if use_solver and len(ordered) > 1 and policy.solver_time_limit_s > 0:
-        cand = exact.affordable(start, ordered, views, groups)
+        cand = exact.affordable(start, ordered, views, own_groups)
         if cand is not None:
-            result = exact.solve_exact(start, ordered, weights, views, groups, placements,
+            result = exact.solve_exact(start, ordered, weights, views, own_groups, placements,
                                        policy, cand)
         else:
-            result = cpsat.solve_classes(start, ordered, weights, views, groups, placements,
-                                         policy, greedy_value)
+            result = cpsat.solve_classes(start, ordered, weights, views, own_groups,
+                                         placements, policy, greedy_value)
         upper = result.upper_bound
         improved = result.value > greedy_value and result.cycle is not None
         if improved:
@@ -278,27 +285,46 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
         zone_waits.update(second_look.waits)
         movers = [r for r in again if second_look.waits[r.name] > 0]
         if movers:
-            final, more, second = best_greedy(final, movers, weights, views, groups,
-                                                  usage)
+            final, more, second = best_greedy(final, movers, weights, views, own_groups,
+                                              usage)
             placements = [*placements, *more]
     # 5c. backfill: work that ends before a reservation's expected start may use its nodes
     placed = {p.request_name for p in placements}
     backfilled = 0
     if held.windows:
         waiting = [r for r in ordered if r.name not in placed]
-        final, more, backfilled = reserve.backfill(final, held, waiting, weights, views, groups)
+        final, more, backfilled = reserve.backfill(final, held, waiting, weights, views,
+                                                   own_groups)
         if more:
             placements = [*placements, *more]
             placed |= {p.request_name for p in more}
     # 6. (a) critical preemption, (b) reclaiming guarantees, (c) borrowing beyond them
     preempter = preempt.Preempter(final, allocations_usage, policy, now, book)
     preemptions = []
-    for step, by in ((preempter.critical, groups), (preempter.reclaim, own_groups)):
+    for step in (preempter.critical, preempter.reclaim):
         waiting = [r for r in ordered if r.name not in placed]
-        won, pre = step(waiting, weights, views, by)
+        won, pre = step(waiting, weights, views, own_groups)
         placements = [*placements, *won]
         placed |= {p.request_name for p in won}
         preemptions.extend(pre)
+    # (b') off-peak lending: only now may eligible work go beyond its quota (Kueue's order:
+    # requests within their quota before those beyond it), never on a node (a) or (b)
+    # preempted on
+    differs: dict[tuple[int, int], bool] = {}  # lent groups that open more than own ones
+    lent_waiting = []
+    for r in ordered:
+        if r.name in lent_names and r.name not in placed:
+            lent_g, own_g = groups[r.name], own_groups[r.name]
+            key = (id(lent_g), id(own_g))
+            if key not in differs:
+                differs[key] = not np.array_equal(lent_g, own_g)
+            if differs[key]:
+                lent_waiting.append(r)
+    if lent_waiting:
+        final, won = _lend_off_peak(final, lent_waiting, weights, views, groups, usage,
+                                    preempter.nodes)
+        placements = [*placements, *won]
+        placed |= {p.request_name for p in won}
     waiting = [r for r in ordered if r.name not in placed]
     won = borrow.borrow(final, waiting, weights, views, groups, book, policy, preempter.nodes)
     if won:
@@ -372,6 +398,27 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     reservations = tuple(x for x in held.reservations if x.request_name not in placed)
     return Plan(ordered_placements, pending, tuple(preemptions), stats, reservations,
                 estimates)
+
+
+def _lend_off_peak(cycle: Cycle, waiting: Sequence[Request], weights: dict[str, int],
+                   views: dict[str, RequestView], groups: dict[str, np.ndarray],
+                   usage: Mapping[str, float] | None, avoid: set[str]
+                   ) -> tuple[Cycle, list[Placement]]:
+    """Step 6(b'): greedy over the pending requests the off-peak gate lends, with their
+    lent quota groups, on ``cycle`` after the plan, preemption and reclaim; rows of the
+    nodes in ``avoid`` (this cycle preempted there) closed."""
+    if avoid:
+        closed = np.isin(np.array(cycle.state.layout.names, dtype=object), list(avoid))
+        masked: dict[int, np.ndarray] = {}
+        lent = {}
+        for r in waiting:
+            g = groups[r.name]
+            if id(g) not in masked:
+                masked[id(g)] = np.where(closed, NO_QUOTA, g)
+            lent[r.name] = masked[id(g)]
+        groups = lent
+    final, won, _value = best_greedy(cycle, waiting, weights, views, groups, usage)
+    return final, won
 
 
 def _queued_ahead(ordered: Sequence[Request], placed: set[str], holders: set[str],
