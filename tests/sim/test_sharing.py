@@ -222,6 +222,26 @@ def test_below_guarantee_counts_as_restorable_only_where_the_task_fits_after_rec
     assert inference["longest_below_guarantee_restorable_s"] == 0
 
 
+
+def test_a_reclaim_under_way_counts_as_restoring_until_the_grace_ends() -> None:
+    # i0 and i1 reclaim two of train's GPUs at once and wait out the victims' grace; i2,
+    # asking more CPU than the node has, waits too. Inference holds nothing meanwhile and
+    # has a queued task within its guarantee: below it, and being restored, for the grace.
+    arrive = 9 * HOUR + 1800
+    big = TraceTask("i2", 96000, 1024, 1, 1000, frozenset(), "LS", "Running", arrive,
+                    arrive + HOUR, arrive)
+    config = ReplayConfig(heartbeat_s=60, teams=4, guarantees=GUARANTEES)
+    result = run_replay(scenario(task("i0", "LS", arrive, HOUR), task("i1", "LS", arrive, HOUR),
+                                 big), "engine", config)
+    check_accounting(result)
+    got = by_name(result)
+    assert got["i0"][1] == got["i1"][1] == arrive + 120 and got["i2"][1] is None
+    inference = replay_summary(result)["sharing"]["teams"]["inference"]
+    assert inference["longest_below_guarantee_restorable_s"] == 120
+    # Once i0 and i1 end, i2 leaves inference below its guarantee again, where no
+    # preemption can place it: below, not restorable.
+    assert inference["longest_below_guarantee_with_work_s"] > 9 * HOUR
+
 def test_a_cycle_that_places_work_is_followed_by_one_at_the_next_heartbeat() -> None:
     # Five 10-hour train tasks at 09:00 on a 4-GPU node: the 09:00 cycle starts four and
     # the fifth waits. Nothing arrives or ends until 19:00, but the executor plans every
