@@ -242,6 +242,35 @@ def test_a_reclaim_under_way_counts_as_restoring_until_the_grace_ends() -> None:
     # preemption can place it: below, not restorable.
     assert inference["longest_below_guarantee_with_work_s"] > 9 * HOUR
 
+
+def test_teams_mode_declares_time_limits_to_the_engine(monkeypatch) -> None:
+    # As in every engine replay, each task declares its run times a seeded factor: the
+    # engine sees it as the request's limit and as the running work's ends_by (taken
+    # from each run's own start, a restart's too).
+    from gpu_pool.sim import sharing
+
+    seen: list[tuple] = []
+    real = sharing.plan_on_state
+
+    def spy(state, requests, **kw):
+        seen.append((kw["now"], list(requests), list(kw["allocations_usage"])))
+        return real(state, requests, **kw)
+
+    monkeypatch.setattr(sharing, "plan_on_state", spy)
+    arrive = 9 * HOUR + 1800
+    config = ReplayConfig(heartbeat_s=60, teams=4, guarantees=GUARANTEES)
+    result = run_replay(scenario(task("i0", "LS", arrive, HOUR)), "engine", config)
+    limits = {f"j{j.index}": j.time_limit for j in result.jobs}
+    assert all(lim is not None and lim >= j.duration for j, lim in
+               zip(result.jobs, limits.values(), strict=True))
+    requests = [r for _, rs, _ in seen for r in rs]
+    allocations = [a for _, _, al in seen for a in al]
+    assert requests and allocations
+    for r in requests:
+        assert r.time_limit.total_seconds() == limits[r.name]
+    for a in allocations:
+        assert (a.ends_by - a.started_at).total_seconds() == limits[a.request_name]
+
 def test_a_cycle_that_places_work_is_followed_by_one_at_the_next_heartbeat() -> None:
     # Five 10-hour train tasks at 09:00 on a 4-GPU node: the 09:00 cycle starts four and
     # the fifth waits. Nothing arrives or ends until 19:00, but the executor plans every

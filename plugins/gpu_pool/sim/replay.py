@@ -111,7 +111,8 @@ class ReplayConfig:
     # Arrival times divided by this (durations kept): the offered load grows this much.
     compress: float = 1.0
     # Declared time limit = duration x a factor drawn log-uniform on [lo, hi] per task;
-    # None: no task declares a time limit. Non-teams engine replays only.
+    # None: no task declares a time limit. Engine replays (with teams too); the baselines
+    # ignore them.
     time_limit_factor: tuple[float, float] | None = (1.0, 4.0)
 
 
@@ -169,7 +170,7 @@ def jobs_of(trace: Trace, config: ReplayConfig) -> list[Job]:
         jobs.append((arrival, t, duration, prio))  # type: ignore[arg-type]
     jobs.sort(key=lambda j: (j[0], j[1].name))
     limits: list[int | None] = [None] * len(jobs)
-    if config.time_limit_factor is not None and not config.teams:
+    if config.time_limit_factor is not None:
         lo, hi = config.time_limit_factor
         if not 1 <= lo <= hi:
             raise SpecError("time_limit_factor", config.time_limit_factor,
@@ -252,14 +253,16 @@ class _Runner:
                     t.memory_mib, job.team, job.purpose, job.priority, None, began,
                     ends_by=began + timedelta(seconds=job.time_limit), id=f"a{job.index}")
 
-    def finish(self, job: Job, node: int, cols: tuple[int, ...]) -> None:
+    def finish(self, job: Job, node: int, cols: tuple[int, ...], ended: bool = True) -> None:
+        """Release what ``job`` held; ``ended=False``: it was stopped (preempted), so its
+        run/limit ratio is not one of a finished task."""
         self.fleet.release(job.task, node, cols)
         self.frag.refresh([node])
         self.slots_free += self.slots(job.task)
         if self.state is not None:
             t = job.task
             self.active.pop(job.index, None)
-            if job.time_limit:
+            if job.time_limit and ended:
                 self.ratios.append(job.duration / job.time_limit)
             self.state.release([NodeAssignment(self.nodes[node].name, cols,
                                                t.gpu_milli if t.num_gpu else 0, t.cpu_milli,

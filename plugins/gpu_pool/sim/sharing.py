@@ -12,11 +12,15 @@ holding
     The simulator's fleet (the referee) and the engine's ``FleetState`` both hold an
     attempt's capacity from its start to the cycle at or after its end.
 engine view
-    The engine gets the pending queue head (team, purpose, priority, preemptible, and how
-    often it was preempted), one quota per team, and the active allocations as the store
-    would list them: every attempt not being preempted (``borrowed_from`` and ``off_peak``
-    copied from the placement that started it, ``preemptions`` its count so far), plus the
-    placements won by preemption that wait for their victims (as not preemptible). An
+    The engine gets the pending queue head (team, purpose, priority, preemptible, how
+    often it was preempted, and its declared time limit, as in every engine replay), one
+    quota per team, and the active allocations as the store would list them: every attempt
+    not being preempted (``borrowed_from`` and ``off_peak`` copied from the placement that
+    started it, ``preemptions`` its count so far, ``ends_by`` its start plus the time limit:
+    each run may take the limit from its own start; a restart, which spends the reload
+    overhead first, may run past it by up to that overhead, since the replay enforces no
+    limit), plus the placements won by preemption that wait for their victims (as not
+    preemptible, ``ends_by`` counted from the cycle that won them). An
     attempt being preempted is no longer active for the engine (the store marks it
     preempted at once), but its capacity stays held until its stop. No lending records
     are passed: every team lends to every team without limit (the default).
@@ -247,7 +251,8 @@ class _Shared:
         r = self.request_cache.get(key)
         if r is None:
             base = domain_request(job.task, f"j{job.index}", job.priority,
-                                  SIM_EPOCH + timedelta(seconds=job.arrival))
+                                  SIM_EPOCH + timedelta(seconds=job.arrival),
+                                  time_limit=job.time_limit)
             r = replace(base, team=job.team, purpose=job.purpose, preemptible=job.preemptible,
                         preemptions=self.count[job.index])
             self.request_cache[key] = r
@@ -261,7 +266,10 @@ class _Shared:
             part.memory_mib, job.team, job.purpose, job.priority, node.gpu_model,
             SIM_EPOCH + timedelta(seconds=when), preemptible=preemptible,
             id=f"j{job.index}#{number}", borrowed_from=placement.borrowed_from,
-            off_peak=placement.off_peak, preemptions=self.count[job.index])
+            off_peak=placement.off_peak, preemptions=self.count[job.index],
+            # Each run (a restart too) may take the declared limit from its own start.
+            ends_by=None if job.time_limit is None
+            else SIM_EPOCH + timedelta(seconds=when + job.time_limit))
 
     # attempts -----------------------------------------------------------------------
     def begin(self, job: Job, placement: Placement, now: float) -> None:
@@ -291,10 +299,10 @@ class _Shared:
     def release(self, j: int, pending: list[Job]) -> None:
         a = self.attempts.pop(j)
         job = a.job
-        self.runner.finish(job, a.node, a.cols)
+        stopped = a.stop is not None and a.stop < a.start + a.length
+        self.runner.finish(job, a.node, a.cols, ended=not stopped)
         held = a.end - a.start
         self.held[j] += job.gpus * held
-        stopped = a.stop is not None and a.stop < a.start + a.length
         if stopped:
             assert a.sigterm is not None
             progress = min(max(0.0, a.sigterm - a.start - a.overhead), self.left[j])
@@ -565,7 +573,8 @@ def run_shared(trace: Trace, jobs: list[Job], config: ReplayConfig, runner: _Run
             when = SIM_EPOCH + timedelta(seconds=now)
             plan = plan_on_state(runner.state, [sh.request(j) for j in head],
                                  quotas=quotas, allocations_usage=sh.engine_allocations(),
-                                 policy=policy, now=when, workload_mix=runner.engine_mix)
+                                 policy=policy, now=when, workload_mix=runner.engine_mix,
+                                 runtime_ratios=tuple(runner.ratios))
             for why in plan.pending:
                 sh.reason[int(why.request_name[1:])] = why.message
                 codes[int(why.request_name[1:])] = why.code
