@@ -29,7 +29,12 @@ Rules (step 6 of :func:`gpu_pool.engine.plan.plan_on_state`, on the plan's final
   the team).
 * On each node the request could use (compatible, data move allowed, up), victims there
   are freed in order — (reclaim: borrowed from another team last), lowest priority first,
-  then least work lost — until the request fits; among nodes it takes the set that keeps
+  then least work lost — until the request fits, then those it fits without are dropped
+  (the most costly first); a victim whose team's excess the ones before it spent is
+  passed over, and when that leaves the request short, every candidate is freed, the
+  ones it does not need dropped, and the rest taken if within the excess (a share that
+  frees no whole GPU must not spend the excess a whole-GPU victim needs); among nodes it
+  takes the set that keeps
   the most urgent victim least urgent, then loses the least work, then has the fewest
   victims (ties: row order). A request whose data blocks it is not helped. A critical
   request whose team's quota is used up may preempt lower-priority preemptible work of
