@@ -384,3 +384,43 @@ def test_a_peak_preemption_without_a_winner_stops_and_requeues(monkeypatch) -> N
     assert result.sharing.requeue_waits == (0.0,)
     assert result.sharing.finished[p.index] == pytest.approx(
         2 * HOUR + 10 * HOUR + 120 + 60)
+
+
+def _measure(free_gpus: int, ask_cpu: int, reserved: frozenset[int]) -> bool:
+    """Whether inference (held 0 of 2) counts as restorable with one queued 1-GPU task asking
+    ``ask_cpu``, on one 4-GPU, 64-core node where train (guarantee 2) runs
+    ``4 - free_gpus`` preemptible 1-GPU, 1-core tasks."""
+    from types import SimpleNamespace
+
+    from gpu_pool.model import Policy
+    from gpu_pool.sim.fleet import SimFleet
+    from gpu_pool.sim.replay import Job
+    from gpu_pool.sim.sharing import _Attempt, _Shared
+
+    fleet = SimFleet([node4()])
+    attempts = {}
+    for k in range(4 - free_gpus):
+        t = task(f"t{k}", "BE", 0, HOUR)
+        fleet.take(t, 0, (k,))
+        job = Job(k, t, 0, HOUR, PriorityClass.NORMAL, team="train", preemptible=True)
+        attempts[k] = _Attempt(job, 1, 0.0, HOUR, 0.0, 0, (k,), None)
+    ask = TraceTask("i", ask_cpu, 1024, 1, 1000, frozenset(), "LS", "Running", 0, HOUR, 0)
+    waiting = Job(9, ask, 0, HOUR, PriorityClass.HIGH, team="inference")
+    shared = SimpleNamespace(policy=Policy(), attempts=attempts, handovers={},
+                             guarantee={"inference": 2, "train": 2}, count=[0] * 10,
+                             runner=SimpleNamespace(fleet=fleet), _restores=_Shared._restores)
+    teams = list(TEAM_NAMES)
+    held = [float(4 - free_gpus) if t == "train" else 0.0 for t in teams]
+    below = [t == "inference" for t in teams]
+    out = _Shared.restorable(shared, [waiting], held, below, 60.0, reserved)
+    return out[teams.index("inference")]
+
+
+@pytest.mark.parametrize(("free_gpus", "ask_cpu", "reserved", "restorable"), [
+    (0, 1000, frozenset(), True),       # train holds 2 beyond its guarantee: reclaim fits it
+    (0, 1000, frozenset({0}), False),   # ... but the node is reserved for a starving request
+    (0, 96000, frozenset(), False),     # no preemption gives it the cores it asks
+    (1, 1000, frozenset(), False),      # it fits already: waiting on something else
+])
+def test_restorable_is_judged_on_a_node(free_gpus, ask_cpu, reserved, restorable) -> None:
+    assert _measure(free_gpus, ask_cpu, reserved) is restorable
