@@ -99,11 +99,7 @@ def borrow(cycle: Cycle, pending: Sequence[Request], weights: dict[str, int],
     borrowed = book.borrowed_milli.copy()
     layout = cycle.state.layout
     models = np.array(layout.models, dtype=object)
-    open_rows = np.ones(cycle.state.size, dtype=bool)
-    for name in closed:
-        row = layout.row_of.get(name)
-        if row is not None:
-            open_rows[row] = False
+    open_rows = ~layout.rows_named(closed)
     placements: list[Placement] = []
     for r in pending:
         if not may_borrow(r, policy) or r.gpus == 0:

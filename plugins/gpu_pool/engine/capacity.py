@@ -30,7 +30,7 @@ Invariants
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,6 +63,15 @@ class FleetLayout:
     zone_rows: Mapping[str, np.ndarray]  # zone -> boolean row mask
     # Static per-request views, shared by every state over this layout (see objective.py).
     views: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def rows_named(self, names: Collection[str]) -> np.ndarray:
+        """Boolean row mask of the nodes in ``names`` (names not in the fleet ignored)."""
+        mask = np.zeros(len(self.names), dtype=bool)
+        for name in names:
+            row = self.row_of.get(name)
+            if row is not None:
+                mask[row] = True
+        return mask
 
 
 class FleetState:

@@ -408,7 +408,7 @@ def _lend_off_peak(cycle: Cycle, waiting: Sequence[Request], weights: dict[str, 
     lent quota groups, on ``cycle`` after the plan, preemption and reclaim; rows of the
     nodes in ``avoid`` (this cycle preempted there) closed."""
     if avoid:
-        closed = np.isin(np.array(cycle.state.layout.names, dtype=object), list(avoid))
+        closed = cycle.state.layout.rows_named(avoid)
         masked: dict[int, np.ndarray] = {}
         lent = {}
         for r in waiting:
