@@ -392,7 +392,8 @@ def _measure(free_gpus: int, ask_cpu: int, reserved: frozenset[int]) -> bool:
     ``4 - free_gpus`` preemptible 1-GPU, 1-core tasks."""
     from types import SimpleNamespace
 
-    from gpu_pool.model import Policy
+    from gpu_pool.model import Allocation, Policy
+    from gpu_pool.sim.engine_policy import SIM_EPOCH
     from gpu_pool.sim.fleet import SimFleet
     from gpu_pool.sim.replay import Job
     from gpu_pool.sim.sharing import _Attempt, _Shared
@@ -403,7 +404,10 @@ def _measure(free_gpus: int, ask_cpu: int, reserved: frozenset[int]) -> bool:
         t = task(f"t{k}", "BE", 0, HOUR)
         fleet.take(t, 0, (k,))
         job = Job(k, t, 0, HOUR, PriorityClass.NORMAL, team="train", preemptible=True)
-        attempts[k] = _Attempt(job, 1, 0.0, HOUR, 0.0, 0, (k,), None)
+        alloc = Allocation(f"j{k}", "n", (k,), 1000, t.cpu_milli, t.memory_mib, "train",
+                           Purpose.TRAINING, PriorityClass.NORMAL, "T4", SIM_EPOCH,
+                           preemptible=True)
+        attempts[k] = _Attempt(job, 1, 0.0, HOUR, 0.0, 0, (k,), alloc)
     ask = TraceTask("i", ask_cpu, 1024, 1, 1000, frozenset(), "LS", "Running", 0, HOUR, 0)
     waiting = Job(9, ask, 0, HOUR, PriorityClass.HIGH, team="inference")
     shared = SimpleNamespace(policy=Policy(), attempts=attempts, handovers={},

@@ -75,13 +75,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpu_pool.engine import plan_on_state
+from gpu_pool.engine.preempt import eligible
 from gpu_pool.engine.types import NodeAssignment, Placement, ReasonCode
 from gpu_pool.model import (
     MILLI_PER_GPU,
     Allocation,
     OffPeak,
     Policy,
-    PriorityClass,
     Quota,
     Request,
 )
@@ -434,9 +434,7 @@ class _Shared:
         out = [False] * len(TEAMS)
         if not any(below):
             return tuple(out)
-        policy = self.policy
-        cap = policy.max_preemptions_per_task
-        least = policy.min_runtime_before_preemption.total_seconds()
+        when = SIM_EPOCH + timedelta(seconds=now)
         coming = {t.name: 0.0 for t in TEAMS}
         for h in self.handovers.values():
             coming[h.job.team] += h.job.gpus
@@ -447,13 +445,11 @@ class _Shared:
         room = {t.name: active[t.name] - self.guarantee.get(t.name, 0) for t in TEAMS}
         on_node: dict[int, list[_Attempt]] = {}
         for a in self.attempts.values():
-            job = a.job
-            if (a.stop is None and job.preemptible and job.gpus > 0
-                    and job.priority is not PriorityClass.CRITICAL
-                    and room[job.team] >= job.gpus - 1e-9
-                    and self.count[job.index] < cap
-                    and (self.count[job.index] == 0 or now - a.start >= least)
-                    and a.node not in reserved):
+            # The engine's own rule for a victim (its allocation carries the preemptible
+            # flag, class, start and the preemptions so far).
+            if (a.stop is None and a.job.gpus > 0 and a.node not in reserved
+                    and room[a.job.team] >= a.job.gpus - 1e-9
+                    and eligible(a.alloc, self.policy, when)):
                 on_node.setdefault(a.node, []).append(a)
         fleet = self.runner.fleet
         for i, team in enumerate(TEAMS):
@@ -478,7 +474,7 @@ class _Shared:
         task that already fits waits for something reclaim does not decide (a reservation
         of the node, the order of the queue): not counted here."""
         gpus, milli, cpu, mem, spec = shape
-        if spec and fleet.models[node] not in spec:
+        if not fleet.model_mask(spec)[node]:
             return False
         mine = sorted((a for a in victims if a.job.team != team),
                       key=lambda a: (a.job.gpus, a.job.index))[:12]
