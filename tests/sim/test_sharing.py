@@ -428,3 +428,25 @@ def _measure(free_gpus: int, ask_cpu: int, reserved: frozenset[int]) -> bool:
 ])
 def test_restorable_is_judged_on_a_node(free_gpus, ask_cpu, reserved, restorable) -> None:
     assert _measure(free_gpus, ask_cpu, reserved) is restorable
+
+
+def test_what_a_preemption_won_stays_held_through_the_grace() -> None:
+    # Three train tasks on the 4-GPU node. At 09:30 critical i0 (2 GPUs) takes the free
+    # GPU and preempts one train task. At 09:31, during the grace, i1 (1 GPU, inference
+    # high, within inference's guarantee) arrives: the free GPU is i0's already (the store
+    # records the winner's allocation the cycle it preempts), so i1 reclaims another of
+    # train's, and i0's handover does not miss (it did: i1 took the GPU, and i0 waited
+    # for two more preemptions).
+    arrive = 9 * HOUR + 1800
+    early = tuple(task(f"t{k}", "BE", 9 * HOUR, 10 * HOUR) for k in range(3))
+    trace = Trace((node4(),), early + (task("i0", "Guaranteed", arrive, HOUR, gpus=2),
+                                       task("i1", "LS", arrive + 60, HOUR)), "nodes", "pods")
+    config = ReplayConfig(heartbeat_s=60, teams=4, guarantees=(("inference", 3), ("train", 1)))
+    result = run_replay(trace, "engine", config)
+    check_accounting(result)
+    got = by_name(result)
+    grace = 120
+    assert result.sharing.handovers_missed == 0
+    assert got["i0"][1] == arrive + grace
+    assert got["i1"][1] == arrive + 60 + grace
+    assert sorted(n for name, (_, _, _, n) in got.items() if name.startswith("t")) == [0, 1, 1]

@@ -243,8 +243,7 @@ class _Runner:
         self.slots_free -= self.slots(job.task)
         if self.state is not None:
             t = job.task
-            part = NodeAssignment(self.nodes[node].name, cols, t.gpu_milli if t.num_gpu else 0,
-                                  t.cpu_milli, t.memory_mib)
+            part = self._part(t, node, cols)
             self.state.apply(Placement(f"j{job.index}", (part,)))
             if job.time_limit is not None:
                 began = SIM_EPOCH + timedelta(seconds=now)
@@ -252,6 +251,24 @@ class _Runner:
                     f"j{job.index}", part.node, cols, part.gpu_milli, t.cpu_milli,
                     t.memory_mib, job.team, job.purpose, job.priority, None, began,
                     ends_by=began + timedelta(seconds=job.time_limit), id=f"a{job.index}")
+
+    def hold(self, task: TraceTask, node: int, cols: tuple[int, ...]) -> None:
+        """Hold capacity for no running task (a placement waiting for its handover)."""
+        self.fleet.take(task, node, cols)
+        self.frag.refresh([node])
+        if self.state is not None:
+            self.state.apply([self._part(task, node, cols)])
+
+    def unhold(self, task: TraceTask, node: int, cols: tuple[int, ...]) -> None:
+        self.fleet.release(task, node, cols)
+        self.frag.refresh([node])
+        if self.state is not None:
+            self.state.release([self._part(task, node, cols)])
+
+    def _part(self, task: TraceTask, node: int, cols: tuple[int, ...]) -> NodeAssignment:
+        return NodeAssignment(self.nodes[node].name, cols,
+                              task.gpu_milli if task.num_gpu else 0, task.cpu_milli,
+                              task.memory_mib)
 
     def finish(self, job: Job, node: int, cols: tuple[int, ...], ended: bool = True) -> None:
         """Release what ``job`` held; ``ended=False``: it was stopped (preempted), so its
@@ -264,9 +281,7 @@ class _Runner:
             self.active.pop(job.index, None)
             if job.time_limit and ended:
                 self.ratios.append(job.duration / job.time_limit)
-            self.state.release([NodeAssignment(self.nodes[node].name, cols,
-                                               t.gpu_milli if t.num_gpu else 0, t.cpu_milli,
-                                               t.memory_mib)])
+            self.state.release([self._part(t, node, cols)])
 
     def cycle(self, pending: list[Job], now: float) -> list[tuple[Job, int, tuple[int, ...]]]:
         started: list[tuple[Job, int, tuple[int, ...]]] = []

@@ -38,9 +38,11 @@ Preemption model
 * A victim whose natural end comes before ``t + g`` just finishes: the preemption is
   counted as moot and loses nothing.
 * The placement that won the preemption starts at the cycle where its last victim's GPUs
-  are free, on the node the engine chose; if that no longer fits (capacity taken in the
-  meantime by work outside the victims' GPUs) it goes back to the queue (counted as a
-  missed handover).
+  are free, on the node the engine chose. What of it was free when it was won is held for
+  it from that cycle (the store records the winner's allocation at once, so no later plan
+  gives it away during the grace); if it still does not fit at the handover it goes back
+  to the queue (counted as a missed handover: the engine planned it on capacity the
+  victims do not free).
 * Preemptions of kind ``peak`` (off-peak work at the peak) have no winner: the victims
   stop and requeue.
 
@@ -96,6 +98,7 @@ from gpu_pool.sim.teams import (
     quota_window,
     team_quotas,
 )
+from gpu_pool.sim.trace import TraceTask
 
 if TYPE_CHECKING:
     from gpu_pool.sim.replay import Job, ReplayConfig, _Runner
@@ -180,6 +183,8 @@ class _Handover:
     placement: Placement
     victims: set[int]
     alloc: Allocation
+    # What of the placement was free when it was won, held for it until the handover.
+    holds: tuple[tuple[TraceTask, int, tuple[int, ...]], ...] = ()
 
 
 def sharing_off(policy: Policy | None = None) -> Policy:
@@ -343,15 +348,46 @@ class _Shared:
                 victims = winners[p.request_name]
                 (part,) = p.assignments
                 alloc = self.allocation(job, part, p, now, self.tries[job.index] + 1, False)
-                self.handovers[job.index] = _Handover(job, p, victims, alloc)
+                self.handovers[job.index] = _Handover(job, p, victims, alloc,
+                                                      self.hold(job, part))
             else:
                 self.begin(job, p, now)
         return started
+
+    def hold(self, job: Job, part: NodeAssignment
+             ) -> tuple[tuple[TraceTask, int, tuple[int, ...]], ...]:
+        """Hold what of a placement won by preemption is free now, until its handover.
+
+        The store records the winner's allocation the cycle it preempts, so no later plan
+        may give those GPUs, cores or memory to anyone else while the victims' grace runs;
+        what the victims hold is the winner's once they stop. Holds are per amount of GPU
+        milli free on a card (a card a victim shares is held in part); the first carries
+        the free cores and memory."""
+        r = self.runner
+        row = r.row_of[part.node]
+        by_milli: dict[int, list[int]] = {}
+        for c in part.gpu_indices:
+            milli = min(int(r.fleet.free_milli[row, c]), part.gpu_milli)
+            if milli > 0:
+                by_milli.setdefault(milli, []).append(c)
+        cpu = min(int(r.fleet.free_cpu[row]), part.cpu_milli)
+        memory = min(int(r.fleet.free_memory[row]), part.memory_mib)
+        groups = list(by_milli.items()) or ([(0, [])] if cpu or memory else [])
+        holds = []
+        for k, (milli, cols) in enumerate(groups):
+            task = TraceTask(f"hold-j{job.index}", cpu if k == 0 else 0,
+                             memory if k == 0 else 0, len(cols), milli)
+            held = (task, row, tuple(cols))
+            r.hold(*held)
+            holds.append(held)
+        return tuple(holds)
 
     def hand_over(self, now: float, pending: list[Job]) -> bool:
         ready = [j for j, h in self.handovers.items() if not h.victims]
         for j in ready:
             h = self.handovers.pop(j)
+            for held in h.holds:
+                self.runner.unhold(*held)
             try:
                 self.begin(h.job, h.placement, now)
                 self.handovers_done += 1
