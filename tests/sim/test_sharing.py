@@ -450,3 +450,26 @@ def test_what_a_preemption_won_stays_held_through_the_grace() -> None:
     assert got["i0"][1] == arrive + grace
     assert got["i1"][1] == arrive + 60 + grace
     assert sorted(n for name, (_, _, _, n) in got.items() if name.startswith("t")) == [0, 1, 1]
+
+
+def test_a_preemption_winner_holds_only_what_its_victims_do_not_free() -> None:
+    # Three train tasks hold 60 of the node's 64 cores. Critical i0 (2 GPUs, 20 cores)
+    # takes the free GPU and one train task's GPU and cores; the same cycle places c0, a
+    # CPU-only task (train, placed after the critical work), on the 4 cores left. Holding i0's cores from the 4 free ones would
+    # leave c0 none: the referee refuses such a start.
+    arrive = 9 * HOUR + 1800
+
+    def cores(name: str, qos: str, at: int, runs: int, gpus: int, cpu: int) -> TraceTask:
+        return TraceTask(name, cpu, 1024, gpus, 1000 if gpus else 0, frozenset(), qos,
+                         "Running", at, at + runs, at)
+
+    early = tuple(cores(f"t{k}", "BE", 9 * HOUR, 10 * HOUR, 1, 20000) for k in range(3))
+    trace = Trace((node4(),), early + (cores("i0", "Guaranteed", arrive, HOUR, 2, 20000),
+                                       cores("c0", "BE", arrive, HOUR, 0, 4000)),
+                  "nodes", "pods")
+    result = run_replay(trace, "engine", ReplayConfig(heartbeat_s=60, teams=4,
+                                                      guarantees=GUARANTEES))
+    check_accounting(result)
+    got = by_name(result)
+    assert got["c0"][1] == arrive and got["i0"][1] == arrive + 120
+    assert result.sharing.handovers_missed == 0

@@ -349,36 +349,50 @@ class _Shared:
                 (part,) = p.assignments
                 alloc = self.allocation(job, part, p, now, self.tries[job.index] + 1, False)
                 self.handovers[job.index] = _Handover(job, p, victims, alloc,
-                                                      self.hold(job, part))
+                                                      self.hold(job, part, victims))
             else:
                 self.begin(job, p, now)
         return started
 
-    def hold(self, job: Job, part: NodeAssignment
+    def hold(self, job: Job, part: NodeAssignment, victims: set[int]
              ) -> tuple[tuple[TraceTask, int, tuple[int, ...]], ...]:
-        """Hold what of a placement won by preemption is free now, until its handover.
+        """Hold what of a placement won by preemption its victims do not free, until its
+        handover.
 
         The store records the winner's allocation the cycle it preempts, so no later plan
-        may give those GPUs, cores or memory to anyone else while the victims' grace runs;
-        what the victims hold is the winner's once they stop. Holds are per amount of GPU
-        milli free on a card (a card a victim shares is held in part); the first carries
-        the free cores and memory."""
+        may give those GPUs, cores or memory to anyone else while the victims' grace runs.
+        The engine counted the victims' capacity as the winner's and planned the rest of
+        the cycle on what remains, so exactly the part beyond the victims' is held: per
+        card, the milli the victims there do not free (a card a victim shares is held in
+        part); and the cores and memory beyond theirs. One hold per amount of milli; the
+        first carries the cores and memory."""
         r = self.runner
         row = r.row_of[part.node]
+        freed_milli: dict[int, int] = {}
+        freed_cpu = freed_memory = 0
+        for v in victims:
+            a = self.attempts[v]
+            if a.node != row:
+                continue
+            t = a.job.task
+            for c in a.cols:
+                freed_milli[c] = freed_milli.get(c, 0) + t.gpu_milli
+            freed_cpu += t.cpu_milli
+            freed_memory += t.memory_mib
         by_milli: dict[int, list[int]] = {}
         for c in part.gpu_indices:
-            milli = min(int(r.fleet.free_milli[row, c]), part.gpu_milli)
+            milli = part.gpu_milli - freed_milli.get(c, 0)
             if milli > 0:
                 by_milli.setdefault(milli, []).append(c)
-        cpu = min(int(r.fleet.free_cpu[row]), part.cpu_milli)
-        memory = min(int(r.fleet.free_memory[row]), part.memory_mib)
+        cpu = max(0, part.cpu_milli - freed_cpu)
+        memory = max(0, part.memory_mib - freed_memory)
         groups = list(by_milli.items()) or ([(0, [])] if cpu or memory else [])
         holds = []
         for k, (milli, cols) in enumerate(groups):
             task = TraceTask(f"hold-j{job.index}", cpu if k == 0 else 0,
                              memory if k == 0 else 0, len(cols), milli)
             held = (task, row, tuple(cols))
-            r.hold(*held)
+            r.hold(*held)  # the referee refuses a plan that counted on more than is free
             holds.append(held)
         return tuple(holds)
 
