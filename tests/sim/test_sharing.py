@@ -473,3 +473,29 @@ def test_a_preemption_winner_holds_only_what_its_victims_do_not_free() -> None:
     got = by_name(result)
     assert got["c0"][1] == arrive and got["i0"][1] == arrive + 120
     assert result.sharing.handovers_missed == 0
+
+
+def test_winners_on_one_node_hold_what_all_the_cycles_victims_do_not_free() -> None:
+    # The node's four GPUs and 63 of its 64 cores are held by train tasks of 40, 12, 10
+    # and 1 cores. Critical i0 and i1 (1 GPU, 20 cores each) arrive together: the engine
+    # stops the 40-core task for i0 and the 12-core one for i1, which counts on the 20
+    # cores i0 leaves of its victim's. Held per winner alone, i1's hold asked for 8 cores
+    # beyond its victim's, of the one free: the referee refused it.
+    arrive = 9 * HOUR + 1800
+
+    def cores(name: str, qos: str, at: int, runs: int, cpu: int) -> TraceTask:
+        return TraceTask(name, cpu, 1024, 1, 1000, frozenset(), qos, "Running", at,
+                         at + runs, at)
+
+    early = tuple(cores(f"t{k}", "BE", 9 * HOUR, 10 * HOUR, c)
+                  for k, c in enumerate((40000, 12000, 10000, 1000)))
+    trace = Trace((node4(),), early + (cores("i0", "Guaranteed", arrive, HOUR, 20000),
+                                       cores("i1", "Guaranteed", arrive, HOUR, 20000)),
+                  "nodes", "pods")
+    result = run_replay(trace, "engine", ReplayConfig(heartbeat_s=60, teams=4,
+                                                      guarantees=GUARANTEES))
+    check_accounting(result)
+    got = by_name(result)
+    assert got["i0"][1] == got["i1"][1] == arrive + 120
+    assert result.sharing.handovers_missed == 0
+    assert len({e.victim for e in result.sharing.preemptions}) == 2

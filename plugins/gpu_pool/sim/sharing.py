@@ -341,60 +341,69 @@ class _Shared:
             if pre.for_request in by_name:
                 winners.setdefault(pre.for_request, set()).add(j)
         started: set[int] = set()
+        won: list[tuple[Job, Placement, set[int]]] = []
         for p in plan.placements:
             job = by_name[p.request_name]
             started.add(job.index)
             if p.request_name in winners:
-                victims = winners[p.request_name]
-                (part,) = p.assignments
-                alloc = self.allocation(job, part, p, now, self.tries[job.index] + 1, False)
-                self.handovers[job.index] = _Handover(job, p, victims, alloc,
-                                                      self.hold(job, part, victims))
+                won.append((job, p, winners[p.request_name]))
             else:
                 self.begin(job, p, now)
+        stopped = [j for w in winners.values() for j in w]
+        holds = self.hold([(job, p.assignments[0]) for job, p, _ in won], stopped)
+        for (job, p, victims), held in zip(won, holds, strict=True):
+            alloc = self.allocation(job, p.assignments[0], p, now, self.tries[job.index] + 1,
+                                    False)
+            self.handovers[job.index] = _Handover(job, p, victims, alloc, held)
         return started
 
-    def hold(self, job: Job, part: NodeAssignment, victims: set[int]
-             ) -> tuple[tuple[TraceTask, int, tuple[int, ...]], ...]:
-        """Hold what of a placement won by preemption its victims do not free, until its
-        handover.
+    def hold(self, won: Sequence[tuple[Job, NodeAssignment]], stopped: Sequence[int]
+             ) -> list[tuple[tuple[TraceTask, int, tuple[int, ...]], ...]]:
+        """Hold, per placement won by preemption, what of it the cycle's victims do not
+        free, until its handover.
 
-        The store records the winner's allocation the cycle it preempts, so no later plan
-        may give those GPUs, cores or memory to anyone else while the victims' grace runs.
-        The engine counted the victims' capacity as the winner's and planned the rest of
-        the cycle on what remains, so exactly the part beyond the victims' is held: per
-        card, the milli the victims there do not free (a card a victim shares is held in
-        part); and the cores and memory beyond theirs. One hold per amount of milli; the
-        first carries the cores and memory."""
+        The store records a winner's allocation the cycle it preempts, so no later plan may
+        give those GPUs, cores or memory to anyone else while the victims' grace runs. The
+        engine counted the victims' capacity as free and planned the cycle on it, so
+        exactly what the winners take beyond it is held, per node: per card, the milli the
+        winners there take beyond what the victims there free (a card a victim shares is
+        held in part), and the cores and memory beyond the victims'. What is held goes to
+        the winners in plan order (one hold per amount of milli; the first carries the
+        cores and memory), each released at its own handover."""
         r = self.runner
-        row = r.row_of[part.node]
-        freed_milli: dict[int, int] = {}
-        freed_cpu = freed_memory = 0
-        for v in victims:
+        freed: dict[tuple[int, int | None], list[int]] = {}  # (row, col or None) -> amounts
+        for v in stopped:
             a = self.attempts[v]
-            if a.node != row:
-                continue
             t = a.job.task
             for c in a.cols:
-                freed_milli[c] = freed_milli.get(c, 0) + t.gpu_milli
-            freed_cpu += t.cpu_milli
-            freed_memory += t.memory_mib
-        by_milli: dict[int, list[int]] = {}
-        for c in part.gpu_indices:
-            milli = part.gpu_milli - freed_milli.get(c, 0)
-            if milli > 0:
-                by_milli.setdefault(milli, []).append(c)
-        cpu = max(0, part.cpu_milli - freed_cpu)
-        memory = max(0, part.memory_mib - freed_memory)
-        groups = list(by_milli.items()) or ([(0, [])] if cpu or memory else [])
-        holds = []
-        for k, (milli, cols) in enumerate(groups):
-            task = TraceTask(f"hold-j{job.index}", cpu if k == 0 else 0,
-                             memory if k == 0 else 0, len(cols), milli)
-            held = (task, row, tuple(cols))
-            r.hold(*held)  # the referee refuses a plan that counted on more than is free
-            holds.append(held)
-        return tuple(holds)
+                freed.setdefault((a.node, c), [0, 0, 0])[0] += t.gpu_milli
+            left = freed.setdefault((a.node, None), [0, 0, 0])
+            left[1] += t.cpu_milli
+            left[2] += t.memory_mib
+        out = []
+        for job, part in won:
+            row = r.row_of[part.node]
+            by_milli: dict[int, list[int]] = {}
+            for c in part.gpu_indices:
+                left = freed.setdefault((row, c), [0, 0, 0])
+                milli = max(0, part.gpu_milli - left[0])
+                left[0] = max(0, left[0] - part.gpu_milli)
+                if milli > 0:
+                    by_milli.setdefault(milli, []).append(c)
+            left = freed.setdefault((row, None), [0, 0, 0])
+            cpu, memory = max(0, part.cpu_milli - left[1]), max(0, part.memory_mib - left[2])
+            left[1] = max(0, left[1] - part.cpu_milli)
+            left[2] = max(0, left[2] - part.memory_mib)
+            groups = list(by_milli.items()) or ([(0, [])] if cpu or memory else [])
+            holds = []
+            for k, (milli, cols) in enumerate(groups):
+                task = TraceTask(f"hold-j{job.index}", cpu if k == 0 else 0,
+                                 memory if k == 0 else 0, len(cols), milli)
+                held = (task, row, tuple(cols))
+                r.hold(*held)  # the referee refuses a plan that counted on more than is free
+                holds.append(held)
+            out.append(tuple(holds))
+        return out
 
     def hand_over(self, now: float, pending: list[Job]) -> bool:
         ready = [j for j, h in self.handovers.items() if not h.victims]
