@@ -228,3 +228,53 @@ def _wait_for(probe: Any, what: str, timeout: float = 30.0) -> Any:
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting until {what}")
 
+
+
+def test_the_winner_starts_only_once_the_preempted_job_has_left_its_gpus(
+        sshd_fleet: Fleet, store: Store, executor: Any, base_dir: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store gives the critical request the GPUs the moment the plan is applied; its
+    operator starts its command only once the preempted training has checkpointed and
+    exited (the kill is sent after the winner's operator started waiting)."""
+    name = f"d.victim.1@run-{uuid.uuid4().hex[:6]}"
+    cycle = executor.cycle
+    cycle.admit(parse_request({"name": name, "team": "nlp", "gpus": 2, "priority": "batch",
+                               "grace": 5}), {})
+    _allocate(store, cycle, name, monkeypatch)
+    ti = TI()
+    victim = _run(GpuSSHOperator(task_id="train", command=TRAINING, team="nlp", gpus=2,
+                                 priority="batch", preemption_grace=5, deferrable=False,
+                                 poll_interval=0.2, remote_base_dir=base_dir), ti)
+    (job,) = _wait_for(lambda: store.jobs_of(name), "the operator records its job")
+    _wait_for(lambda: "step 3\n" in _log(store, sshd_fleet, ti), "the training runs")
+
+    cycle.admit(parse_request({"name": "urgent3", "team": "nlp", "gpus": 2,
+                               "priority": "critical"}), {})
+    report = cycle.run({"urgent3", name})
+    assert len(report.preempted) == 1
+    (binding,) = [b for b in report.bindings if b.request_name == "urgent3"]
+    conn_ids = {n.name: n.ssh_conn_id for n in store.list_nodes()}
+    for key, value in RemoteAllocation.from_model("urgent3", binding.allocations, conn_ids,
+                                                  0).to_env().items():
+        monkeypatch.setenv(key, value)
+    assert [j.job_id for j in store.jobs_stopping_on("node-a", [0, 1])] == [job.job_id]
+    assert store.jobs_stopping_on("node-a", [2]) == []  # another GPU: nothing to wait for
+    victim_dir = f"{job.base_dir}/{job.job_id}"
+    ti2 = TI()
+    winner = _run(GpuSSHOperator(
+        task_id="urgent", command=f"test -e {victim_dir}/exit && echo victim-gone "
+                                  f"|| echo victim-still-running", team="nlp", gpus=2,
+        priority="critical", deferrable=False, poll_interval=0.2, remote_base_dir=base_dir),
+        ti2)
+    import time
+
+    time.sleep(1.5)  # the winner's operator is waiting: it has started nothing
+    assert not store.jobs_of("urgent3") and "gpu_pool_jobs" not in ti2.xcom
+    executor._send_stops(now_due=True)
+    executor._wait_stops(timeout=30)
+    victim["thread"].join(60)  # type: ignore[union-attr]
+    assert isinstance(victim["error"], AirflowRescheduleException)
+    winner["thread"].join(60)  # type: ignore[union-attr]
+    assert winner["error"] is None
+    assert "victim-gone" in _log(store, sshd_fleet, ti2)
+    assert "checkpoint written" in _log(store, sshd_fleet, ti)

@@ -134,3 +134,63 @@ def test_a_preempted_jobs_end_never_releases_the_requests_next_allocation(
     assert asyncio.run(trigger._release(Outcome.SUCCESS, None, {})) is True  # the control
     assert store.active_allocations() == []
     store.close()
+
+
+class _Victims:
+    """A store naming one stopping job, and a runner whose job never stops (or whose
+    store is down)."""
+
+    def __init__(self, down: bool = False) -> None:
+        self.down = down
+        self.polls = 0
+
+    def store(self, create: bool = False) -> Any:
+        if self.down:
+            raise ConnectionError("store down")
+        from gpu_pool.store.jobs import JobRecord
+
+        job = JobRecord("v1", "victim", "node-a", "conn", "/tmp/jobs", 2.0, "preempted", 0.3)
+        return type("S", (), {"jobs_stopping_on": lambda s, node, gpus: [job],
+                              "close": lambda s: None})()
+
+    def runner(self, conn_id: str) -> Any:
+        outer = self
+
+        class Runner:
+            def __enter__(self) -> Any:
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                return None
+
+            def poll(self, job: RemoteJob) -> JobStatus:
+                outer.polls += 1
+                return JobStatus(JobState.RUNNING, group_alive=True)
+        return Runner()
+
+
+@pytest.mark.parametrize("down", [False, True])
+def test_the_wait_for_a_stopping_victim_is_bounded_by_its_grace(
+        monkeypatch: pytest.MonkeyPatch, down: bool) -> None:
+    # A victim that outlives its grace plus the margin, or a store that cannot be asked,
+    # does not keep the winner from starting: it starts, warning.
+    import time
+
+    from gpu_pool.executor_support import release
+    from gpu_pool.operators import gpu_ssh
+
+    fake = _Victims(down)
+    monkeypatch.setattr(release, "store_from_airflow", fake.store)
+    monkeypatch.setattr(gpu_ssh, "RemoteJobRunner", fake.runner)
+    monkeypatch.setattr(gpu_ssh, "STOP_MARGIN_S", 0.2)
+    op = GpuSSHOperator(task_id="t", command="true", team="nlp", poll_interval=0.05)
+    warned: list[str] = []
+    monkeypatch.setattr(op.log, "warning", lambda msg, *args: warned.append(msg % args))
+    began = time.monotonic()
+    op.wait_for_stopping("node-a", [0, 1])
+    took = time.monotonic() - began
+    if down:
+        assert fake.polls == 0 and "Could not ask the gpu-pool store" in " ".join(warned)
+    else:
+        assert 0.5 <= took < 5 and fake.polls >= 5  # stop grace 0.3 s + margin 0.2 s
+        assert "past its grace; starting anyway" in " ".join(warned)

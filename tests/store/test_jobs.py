@@ -77,3 +77,20 @@ def test_a_stale_preemption_requests_no_second_stop(store: Store, now: datetime)
     assert again.preempted == [] and store.stops_due() == []
     assert [j.stop_message for j in store.jobs_of("batch")] == [
         "preempted for urgent: first"]
+
+
+def test_the_jobs_a_winner_waits_for_are_those_preempted_off_its_gpus_lately(
+        store: Store, now: datetime, clock) -> None:  # noqa: ANN001
+    victim = _victim_running(store, now)
+    store.record_jobs("batch", [_job("j-a", "n1"), _job("j-b", "n2")])
+    assert store.jobs_stopping_on("n1", [0, 1]) == []  # running, not stopping
+    store.apply_plan(plan_of(("urgent", [part("n1", [0, 1])]), preemptions=[
+        Preemption(victim, "batch", "urgent", "m", grace_s=45.0)]), now, "s", Policy())
+    clock.now = now + timedelta(minutes=1)
+    assert [j.job_id for j in store.jobs_stopping_on("n1", [1])] == ["j-a"]
+    assert [j.job_id for j in store.jobs_stopping_on("n2", [0, 1])] == ["j-b"]
+    assert store.jobs_stopping_on("n1", [2, 3]) == []  # other GPUs of the node
+    assert store.jobs_stopping_on("n3", [0]) == []
+    # Past the longest grace and a margin, a stop is history: nothing to wait for.
+    clock.now = now + timedelta(hours=2)
+    assert store.jobs_stopping_on("n1", [0, 1]) == []

@@ -8,6 +8,9 @@ import error naming the task and the field.
 At run time the executor has placed the request and started the task process with the
 allocation in its environment (:mod:`gpu_pool.remote.allocation`). The operator then
 
+0. on each node, if the GPUs were won by preempting other work, waits until those jobs
+   have stopped (they keep the GPUs through their grace to checkpoint; the store names
+   them): at most their grace plus :data:`STOP_MARGIN_S`, then starts anyway, warning;
 1. starts the command on each node of the allocation, detached in its own process group,
    with ``CUDA_VISIBLE_DEVICES`` and ``GPU_POOL_*`` exported inside the remote command
    (:mod:`gpu_pool.remote.job`), and records the jobs in XCom (``gpu_pool_jobs``);
@@ -63,6 +66,10 @@ from gpu_pool.spec import parse_duration, parse_number
 from gpu_pool.triggers.remote_job import GpuRemoteJobTrigger
 
 EXECUTOR_ALIAS = "GpuPool"
+# How long past a preempted job's grace a placement that won its GPUs waits for it to be
+# gone: the executor sends the kill at its next heartbeat (retried while the node does not
+# answer), and SIGKILL follows the grace.
+STOP_MARGIN_S = 60.0
 XCOM_JOBS = "gpu_pool_jobs"
 XCOM_METRICS = "gpu_pool_metrics"
 
@@ -191,6 +198,7 @@ class GpuSSHOperator(BaseOperator):
                 job = RemoteJob(make_job_id(allocation.request or self.task_id, slot.node,
                                             f"try{try_number}"), self.remote_base_dir)
                 env = job_environment(placement, job, self.environment)
+                self.wait_for_stopping(slot.node, slot.gpu_indices)
                 with RemoteJobRunner(slot.ssh_conn_id) as runner:
                     pgid = runner.start(self.command, job, env, time_limit_s=self.time_limit_s,
                                         kill_grace_s=self.kill_grace_s)
@@ -203,6 +211,55 @@ class GpuSSHOperator(BaseOperator):
             raise
         self._record_jobs(allocation.request, started)
         return started
+
+    def wait_for_stopping(self, node: str, gpu_indices: Sequence[int]) -> None:
+        """Wait until the jobs a preemption is stopping on these GPUs of ``node`` are gone.
+
+        The store gives a placement won by preemption its GPUs the moment the plan is
+        applied, while the victims' jobs keep them through their grace to checkpoint (as
+        Kueue admits a workload only once its preempted ones are evicted). Each victim is
+        polled over SSH until its process group is gone, for at most its grace plus
+        :data:`STOP_MARGIN_S`; past that, or with the store unreachable, the command starts
+        anyway, with a warning."""
+        from gpu_pool.executor_support.release import store_from_airflow
+
+        try:
+            store = store_from_airflow(create=False)
+            try:
+                victims = store.jobs_stopping_on(node, list(gpu_indices))
+            finally:
+                store.close()
+        except Exception as error:
+            self.log.warning("Could not ask the gpu-pool store which jobs still stop on %s: "
+                             "%s", node, error)
+            return
+        for victim in victims:
+            grace = victim.stop_grace_s or 0.0
+            deadline = time.monotonic() + grace + STOP_MARGIN_S
+            remote = RemoteJob(victim.job_id, victim.base_dir)
+            waited = False
+            try:
+                with RemoteJobRunner(victim.ssh_conn_id) as runner:
+                    while True:
+                        status = runner.poll(remote)
+                        if status.done and not status.group_alive:
+                            break
+                        if time.monotonic() >= deadline:
+                            self.log.warning(
+                                "Job %s of %s still holds GPUs %s on %s %.0fs past its "
+                                "grace; starting anyway", victim.job_id,
+                                victim.request_name, list(gpu_indices), node, STOP_MARGIN_S)
+                            break
+                        if not waited:
+                            self.log.info(
+                                "Waiting for job %s of %s, preempted for these GPUs, to stop "
+                                "on %s (grace %.0fs)", victim.job_id, victim.request_name,
+                                node, grace)
+                            waited = True
+                        time.sleep(self.poll_interval)
+            except Exception as error:
+                self.log.warning("Could not poll job %s on %s: %s; starting anyway",
+                                 victim.job_id, node, error)
 
     def _record_jobs(self, request: str, jobs: list[dict[str, str]]) -> None:
         """Tell the store which jobs run for ``request``, so a preemption can stop them.

@@ -33,6 +33,8 @@ from datetime import datetime
 
 from sqlalchemy import Connection, bindparam, text
 
+from gpu_pool.model import AllocationState
+from gpu_pool.store.allocations import allocations_of
 from gpu_pool.store.codec import db_time
 
 STOP_PREEMPTED = "preempted"
@@ -132,6 +134,26 @@ def jobs_of(conn: Connection, request_name: str) -> list[JobRecord]:
     rows = conn.execute(text("SELECT * FROM jobs WHERE request_name = :n ORDER BY started_at, "
                              "job_id"), {"n": request_name}).mappings()
     return [_record(r) for r in rows]
+
+
+def stopping_on(conn: Connection, node: str, gpu_indices: Iterable[int], since: datetime
+                ) -> list[JobRecord]:
+    """Jobs on ``node`` whose stop a preemption asked for at or after ``since``, of an
+    allocation that held one of ``gpu_indices`` there: what a placement won by that
+    preemption waits for (they keep the GPUs through their grace to checkpoint)."""
+    wanted = set(gpu_indices)
+    rows = conn.execute(text(
+        "SELECT * FROM jobs WHERE node = :node AND stop_reason = :r "
+        "AND stop_requested_at >= :since ORDER BY stop_requested_at, job_id"),
+        {"node": node, "r": STOP_PREEMPTED, "since": db_time(since)}).mappings()
+    found = []
+    for job in [_record(r) for r in rows]:
+        held = {i for a in allocations_of(conn, job.request_name)
+                if a.node == node and a.state is AllocationState.PREEMPTED
+                for i in a.gpu_indices}
+        if held & wanted:
+            found.append(job)
+    return found
 
 
 def preemption_notes(conn: Connection) -> dict[str, str]:

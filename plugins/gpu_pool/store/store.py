@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
+from gpu_pool import limits
 from gpu_pool.errors import ConflictError, NotFoundError, SpecError, StoreError
 from gpu_pool.model import (
     Allocation,
@@ -588,6 +589,14 @@ class Store:
     def mark_stop_sent(self, job_ids: Iterable[str]) -> int:
         with self._write() as conn:
             return jobs.mark_stop_sent(conn, job_ids, self.clock())
+
+    def jobs_stopping_on(self, node: str, gpu_indices: Sequence[int],
+                         within: timedelta = limits.MAX_GRACE + timedelta(minutes=10)
+                         ) -> list[jobs.JobRecord]:
+        """Jobs on ``node`` preempted off any of ``gpu_indices`` in the last ``within``
+        (:func:`gpu_pool.store.jobs.stopping_on`)."""
+        with self._read() as conn:
+            return jobs.stopping_on(conn, node, gpu_indices, self.clock() - within)
 
     def preemption_notes(self) -> dict[str, str]:
         """Pending requests whose jobs were preempted: who preempted them, and why."""
