@@ -220,7 +220,10 @@ NOTES = [
     "- Lost GPU-time model: a preempted task checkpoints at SIGTERM, holds its GPUs for "
     "the grace period without progress, and spends 60 s reloading when it restarts; "
     "each stop loses GPUs x (grace + 60 s). A preemption whose victim ends within its "
-    "grace anyway is moot and loses nothing.",
+    "grace anyway is moot and loses nothing. What the work that won the preemption takes "
+    "beyond its victims' GPUs, cores and memory is held for it from the cycle it won, as "
+    "production's store holds the winner's allocation at once: it stays idle through the "
+    "grace rather than going to other work.",
     "- Longest below guarantee: the longest stretch in which a team held fewer GPUs than "
     "its guarantee while one of its queued GPU tasks would have fitted within it. It "
     "counts waits that no reclaim can end too: GPU shares leave whole GPUs partly used, "
