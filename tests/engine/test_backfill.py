@@ -8,13 +8,20 @@ from datetime import timedelta
 
 import pytest
 from engine_checks import check_plan
-from engine_factories import NOW, make_allocation, make_node, make_request, make_snapshot
+from engine_factories import (
+    NOW,
+    make_allocation,
+    make_node,
+    make_quota,
+    make_request,
+    make_snapshot,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_pool.engine import plan
 from gpu_pool.engine.types import ReasonCode
-from gpu_pool.model import Allocation, Policy
+from gpu_pool.model import Allocation, OffPeak, OffPeakWindow, Policy, PriorityClass
 
 H = timedelta(hours=1)
 STARVING = timedelta(hours=3)
@@ -112,6 +119,45 @@ def test_critical_work_backfills_too_and_keeps_the_rule():
     assert p.placement_of("crit") is not None
 
 
+@pytest.mark.parametrize(("who", "limit", "starts", "lent_by"), [
+    ("borrower", 1 * H, True, "cv"),  # preemptible, beyond its guarantee: borrows there
+    ("borrower", 3 * H, False, None),  # would run past the reserved start
+    ("borrower", None, False, None),
+    ("critical", 1 * H, True, "cv"),  # critical work beyond its team's quota borrows idle GPUs
+    ("critical", 3 * H, False, None),
+    ("offpeak", 1 * H, True, None),  # batch work lent beyond its quota at night
+    ("offpeak", 3 * H, False, None),
+])
+def test_work_beyond_its_quota_keeps_the_backfill_rule(who, limit, starts, lent_by):
+    """Node a (8 GPUs, one held for two hours by team cv) is reserved for cv's starving
+    8-GPU request. Team nlp has no GPUs of its own: a request of nlp may start on the idle
+    GPUs only beyond its quota, and only if it ends by the reserved start (before,
+    borrowing and off-peak lending never used a reserved row: a critical task whose team's
+    quota was full waited a cycle in the sharing replay beside such a node)."""
+    node = make_node("a", "A100", 8)
+    busy = make_allocation("old", node, (0,), team="cv", ends_in=2 * H)
+    big = make_request("big", 8, team="cv", waited=STARVING)
+    kind = {"borrower": {"preemptible": True},
+            "critical": {"priority": PriorityClass.CRITICAL},
+            "offpeak": {"priority": PriorityClass.BATCH}}[who]
+    small = make_request("small", 1, team="nlp", time_limit=limit, **kind)
+    quotas = (make_quota("cv", 9), make_quota("nlp", 0, borrow=0 if who == "offpeak" else 4))
+    policy = Policy()
+    if who == "offpeak":  # off-peak from 10:00 to 20:00: now (12:00) is; borrowing off
+        policy = Policy(borrowing=False,
+                        off_peak=OffPeak((OffPeakWindow(start_hour=10, end_hour=20),)))
+    snap = make_snapshot([node], [big, small], allocations=[busy], quotas=quotas,
+                         policy=policy)
+    p = plan(snap)
+    (held,) = p.reservations
+    assert held.request_name == "big" and held.expected_start == NOW + 2 * H
+    got = p.placement_of("small")
+    assert (got is not None) is starts
+    if got is not None:
+        assert got.borrowed_from == lent_by and got.off_peak is (who == "offpeak")
+    check_plan(p, snap)
+
+
 def _allocations_of(p, snap) -> list[Allocation]:
     """The plan's placements as active allocations, held until their time limits."""
     by_name = {r.name: r for r in snap.requests}
@@ -192,3 +238,48 @@ def test_work_never_delays_a_reservation(snap):
 def test_same_state_same_reservations(snap):
     a, b = plan(snap), plan(snap)
     assert a.reservations == b.reservations and a.placements == b.placements
+
+
+@st.composite
+def shared_fleets(draw):
+    """:func:`fleets` with two teams' quotas: requests of team nlp (a small guarantee)
+    borrow, critical ones beyond the quota too, batch ones are lent off-peak (now is
+    off-peak in half the draws)."""
+    snap = draw(fleets())
+    requests = []
+    for r in snap.requests:
+        kind = draw(st.sampled_from(["plain", "preemptible", "critical", "batch"]))
+        # The starving ones (the reservations' holders) are mostly cv's, the rest nlp's.
+        starving = snap.now - r.submitted_at >= snap.policy.reserve_after
+        team = draw(st.sampled_from(["cv", "cv", "nlp"] if starving else ["nlp", "nlp", "cv"]))
+        requests.append(dataclasses.replace(
+            r, team=team, preemptible=kind == "preemptible",
+            priority={"critical": PriorityClass.CRITICAL, "batch": PriorityClass.BATCH}.get(
+                kind, r.priority)))
+    quotas = (make_quota("cv", draw(st.integers(4, 24)), borrow=draw(st.integers(0, 8))),
+              make_quota("nlp", draw(st.integers(0, 2)), borrow=draw(st.integers(0, 8))))
+    window = (OffPeakWindow(start_hour=10, end_hour=20),) if draw(st.booleans()) else ()
+    policy = dataclasses.replace(snap.policy, off_peak=OffPeak(window) if window
+                                 else snap.policy.off_peak)
+    return dataclasses.replace(snap, requests=tuple(requests), quotas=quotas, policy=policy)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shared_fleets())
+def test_borrowed_and_lent_work_never_delays_a_reservation(snap):
+    """Property: with quotas, borrowing, critical work beyond its quota and off-peak
+    lending, whatever the plan starts on a reserved node (a starving request ranked ahead
+    of the holder aside) ends by the reservation's expected start."""
+    p = plan(snap)
+    check_plan(p, snap)
+    by_name = {r.name: r for r in snap.requests}
+    starving = {r.name for r in snap.requests
+                if snap.now - r.submitted_at >= snap.policy.reserve_after}
+    for held in p.reservations:
+        for x in p.placements:
+            if x.request_name in starving:
+                continue
+            if {a.node for a in x.assignments} & set(held.nodes):
+                limit = by_name[x.request_name].time_limit
+                assert held.expected_start is not None and limit is not None
+                assert snap.now + limit <= held.expected_start

@@ -32,7 +32,9 @@ Rules (step 6c of :func:`gpu_pool.engine.plan.plan_on_state`, on the plan's fina
   guarantees cover (an any-model quota covers every model).
 * Nodes where this cycle preempts are not lent out again in the same cycle (no loops).
 * Capacity, headroom and node reservations hold as for every placement (the same
-  :func:`~gpu_pool.engine.greedy.fit`).
+  :func:`~gpu_pool.engine.greedy.fit`); a reserved node takes only a borrower whose time
+  limit ends by the reservation's expected start (the backfill rule of
+  :mod:`gpu_pool.engine.reserve`).
 
 Invariant: the same inputs give the same borrowing; only ``cycle`` is changed.
 """

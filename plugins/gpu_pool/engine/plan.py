@@ -61,7 +61,7 @@ from __future__ import annotations
 import gc
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
@@ -320,13 +320,20 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
                 differs[key] = not np.array_equal(lent_g, own_g)
             if differs[key]:
                 lent_waiting.append(r)
+    # (b') and (c) keep the backfill rule: a reserved row takes work that ends by its
+    # reservation's expected start, within quota or beyond it.
     if lent_waiting:
-        final, won = _lend_off_peak(final, lent_waiting, weights, views, groups, usage,
-                                    preempter.nodes)
+        final, won = _backfilling(
+            final, held, lent_waiting, views,
+            lambda cycle, bviews: _lend_off_peak(cycle, lent_waiting, weights, bviews, groups,
+                                                 usage, preempter.nodes))
         placements = [*placements, *won]
         placed |= {p.request_name for p in won}
     waiting = [r for r in ordered if r.name not in placed]
-    won = borrow.borrow(final, waiting, weights, views, groups, book, policy, preempter.nodes)
+    final, won = _backfilling(
+        final, held, waiting, views,
+        lambda cycle, bviews: (cycle, borrow.borrow(cycle, waiting, weights, bviews, groups,
+                                                    book, policy, preempter.nodes)))
     if won:
         placements = [*placements, *won]
         placed |= {p.request_name for p in won}
@@ -398,6 +405,22 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     reservations = tuple(x for x in held.reservations if x.request_name not in placed)
     return Plan(ordered_placements, pending, tuple(preemptions), stats, reservations,
                 estimates)
+
+
+def _backfilling(final: Cycle, held: reserve.Held, waiting: Sequence[Request],
+                 views: dict[str, RequestView],
+                 step: Callable[[Cycle, dict[str, RequestView]], tuple[Cycle, list[Placement]]]
+                 ) -> tuple[Cycle, list[Placement]]:
+    """Run a placing ``step`` (a cycle and views in, the cycle after and its placements out)
+    on ``final``; where some of ``waiting`` end by a reservation's expected start, on a copy
+    with the reserved rows open to them alone (:func:`reserve.backfill_views`), closed
+    again after."""
+    if held.windows:
+        bviews, names = reserve.backfill_views(held, waiting, views)
+        if names:
+            after, won = step(reserve.reopened(final, held.rows), {**views, **bviews})
+            return reserve.close(after, held.rows), won
+    return step(final, views)
 
 
 def _lend_off_peak(cycle: Cycle, waiting: Sequence[Request], weights: dict[str, int],

@@ -41,7 +41,11 @@ Backfill (:func:`backfill`, after the planners, as Slurm's backfill scheduler): 
 still waiting whose own time limit ends by a reservation's expected start may start on
 that reservation's rows. It is gone, by the limit the executor enforces, before the
 reserved request's expected start, so it never delays it; work without a time limit, or
-with a longer one, never starts on a reserved row.
+with a longer one, never starts on a reserved row. Work beyond its quota keeps the same
+rule: off-peak lending and borrowing (steps 6(b') and 6(c) of
+:mod:`gpu_pool.engine.plan`) see each reservation's rows open only to requests whose limit
+ends by its expected start (:func:`backfill_views`); before, they never used a reserved
+row, and a critical task whose team's quota was full waited beside one idle for weeks.
 
 Why it ends: nothing new lands on a reserved row, so its shortfall never grows; the
 smallest shortfall over the fleet never grows from one cycle to the next and falls as work
@@ -209,33 +213,34 @@ def reserve(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
     return held
 
 
-def backfill(final: Cycle, held: Held, waiting: Sequence[Request], weights: dict[str, int],
-             views: dict[str, RequestView], groups: dict[str, np.ndarray]
-             ) -> tuple[Cycle, list[Placement], int]:
-    """Backfill (module docstring): greedy over ``waiting`` (in the cycle's order) on
-    ``final`` with the reserved rows open only to requests whose time limit ends by the
-    expected start of the reservation holding them. Returns the cycle after (its reserved
-    rows closed again), the placements and their value; ``final`` is not changed."""
+def backfill_views(held: Held, waiting: Sequence[Request], views: dict[str, RequestView],
+                   every: bool = True) -> tuple[dict[str, RequestView], set[str]]:
+    """The backfill rule as views, for a cycle with the reserved rows open again
+    (:func:`reopened`): per request of ``waiting``, its view with each reservation's rows
+    open only if its time limit ends by that reservation's expected start (a reservation's
+    holder, work without a limit or with a longer one: every reserved row closed). Also the
+    names of the requests some reserved rows are open to. ``every=False``: views of those
+    requests only."""
     windows = [(rows, s) for rows, s in held.windows if math.isfinite(s) and s > 0]
-    if not windows:
-        return final, [], 0
     holders = {x.request_name for x in held.reservations}
-    closed = np.zeros(final.state.size, dtype=bool)
-    closed[held.rows] = True
     narrowed: dict[tuple[int, tuple[int, ...]], RequestView] = {}
-    chosen: list[Request] = []
-    bviews: dict[str, RequestView] = {}
+    out: dict[str, RequestView] = {}
+    backfills: set[str] = set()
+    closed: np.ndarray | None = None
     for r in waiting:
-        if r.time_limit is None or r.name in holders:
-            continue
-        limit = r.time_limit.total_seconds()
-        allowed = tuple(i for i, (_, s) in enumerate(windows) if limit <= s)
-        if not allowed:
+        allowed: tuple[int, ...] = ()
+        if windows and r.time_limit is not None and r.name not in holders:
+            limit = r.time_limit.total_seconds()
+            allowed = tuple(i for i, (_, s) in enumerate(windows) if limit <= s)
+        if not allowed and not every:
             continue
         view = views[r.name]
         key = (id(view), allowed)
         v = narrowed.get(key)
         if v is None:
+            if closed is None:
+                closed = np.zeros(len(view.zone_ok), dtype=bool)
+                closed[held.rows] = True
             ok = ~closed
             for i in allowed:
                 ok[windows[i][0]] = True
@@ -243,8 +248,27 @@ def backfill(final: Cycle, held: Held, waiting: Sequence[Request], weights: dict
             v = narrowed[key] = replace(
                 view, zone_ok=zone_ok, signature=hash((view.signature, zone_ok.tobytes())),
                 levels=view_levels(view.compatible, zone_ok, view.penalty))
-        bviews[r.name] = v
-        chosen.append(r)
+        out[r.name] = v
+        if allowed:
+            backfills.add(r.name)
+    return out, backfills
+
+
+def close(cycle: Cycle, rows: Sequence[int]) -> Cycle:
+    """Close the reserved ``rows`` of ``cycle`` again (after work on :func:`reopened`)."""
+    _close(cycle, rows)
+    return cycle
+
+
+def backfill(final: Cycle, held: Held, waiting: Sequence[Request], weights: dict[str, int],
+             views: dict[str, RequestView], groups: dict[str, np.ndarray]
+             ) -> tuple[Cycle, list[Placement], int]:
+    """Backfill (module docstring): greedy over ``waiting`` (in the cycle's order) on
+    ``final`` with the reserved rows open only to requests whose time limit ends by the
+    expected start of the reservation holding them. Returns the cycle after (its reserved
+    rows closed again), the placements and their value; ``final`` is not changed."""
+    bviews, names = backfill_views(held, waiting, views, every=False)
+    chosen = [r for r in waiting if r.name in names]
     if not chosen:
         return final, [], 0
     work = reopened(final, held.rows)
