@@ -95,7 +95,7 @@ def borrow(cycle: Cycle, pending: Sequence[Request], weights: dict[str, int],
            policy: Policy, closed: Collection[str] = ()) -> list[Placement]:
     """Placements of still-pending preemptible requests on borrowed capacity (applied to
     ``cycle``); ``closed``: node names no borrower may use this cycle."""
-    if book.open_fleet or not policy.borrowing or not len(book.keys):
+    if not borrowing(book, policy):
         return []
     pool = lendable(book, cycle)
     borrowed = book.borrowed_milli.copy()
@@ -146,6 +146,11 @@ def borrow(cycle: Cycle, pending: Sequence[Request], weights: dict[str, int],
             placements.append(replace(placed, borrowed_from=lender, note=note))
             break
     return placements
+
+
+def borrowing(book: QuotaBook, policy: Policy) -> bool:
+    """Whether anything may be borrowed at all: quotas, and borrowing on."""
+    return not book.open_fleet and policy.borrowing and bool(len(book.keys))
 
 
 def may_borrow(request: Request, policy: Policy) -> bool:

@@ -329,10 +329,11 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
                                                  usage, preempter.nodes))
         placements = [*placements, *won]
         placed |= {p.request_name for p in won}
-    waiting = [r for r in ordered if r.name not in placed]
+    borrowers = [r for r in ordered if r.name not in placed and r.gpus
+                 and borrow.may_borrow(r, policy)] if borrow.borrowing(book, policy) else []
     final, won = _backfilling(
-        final, held, waiting, views,
-        lambda cycle, bviews: (cycle, borrow.borrow(cycle, waiting, weights, bviews, groups,
+        final, held, borrowers, views,
+        lambda cycle, bviews: (cycle, borrow.borrow(cycle, borrowers, weights, bviews, groups,
                                                     book, policy, preempter.nodes)))
     if won:
         placements = [*placements, *won]
