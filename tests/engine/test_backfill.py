@@ -199,6 +199,22 @@ def fleets(draw):
                          policy=Policy(max_reservations=k))
 
 
+def _reserved_rows_take_only_work_ending_by_their_start(p, snap) -> None:
+    by_name = {r.name: r for r in snap.requests}
+    starving = {r.name for r in snap.requests
+                if snap.now - r.submitted_at >= snap.policy.reserve_after}
+    for held in p.reservations:
+        for x in p.placements:
+            # A starving request ranked ahead of the holder is placed before it reserves.
+            # (a replan holds them to the rule too: they must not delay it either)
+            if x.request_name in starving:
+                continue
+            if {a.node for a in x.assignments} & set(held.nodes):
+                limit = by_name[x.request_name].time_limit
+                assert held.expected_start is not None and limit is not None
+                assert snap.now + limit <= held.expected_start
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleets())
 def test_work_never_delays_a_reservation(snap):
@@ -207,19 +223,7 @@ def test_work_never_delays_a_reservation(snap):
     promises every reservation the same start or an earlier one."""
     p = plan(snap)
     check_plan(p, snap)
-    by_name = {r.name: r for r in snap.requests}
-    starving = {r.name for r in snap.requests
-                if snap.now - r.submitted_at >= snap.policy.reserve_after}
-    for held in p.reservations:
-        for x in p.placements:
-            # A starving request ranked ahead of the holder is placed before it reserves.
-            # (the replan below holds them to the rule too: they must not delay it either)
-            if x.request_name in starving:
-                continue
-            if {a.node for a in x.assignments} & set(held.nodes):
-                limit = by_name[x.request_name].time_limit
-                assert held.expected_start is not None and limit is not None
-                assert snap.now + limit <= held.expected_start
+    _reserved_rows_take_only_work_ending_by_their_start(p, snap)
     placed = {x.request_name for x in p.placements}
     after = dataclasses.replace(
         snap, allocations=(*snap.allocations, *_allocations_of(p, snap)),
@@ -272,14 +276,4 @@ def test_borrowed_and_lent_work_never_delays_a_reservation(snap):
     of the holder aside) ends by the reservation's expected start."""
     p = plan(snap)
     check_plan(p, snap)
-    by_name = {r.name: r for r in snap.requests}
-    starving = {r.name for r in snap.requests
-                if snap.now - r.submitted_at >= snap.policy.reserve_after}
-    for held in p.reservations:
-        for x in p.placements:
-            if x.request_name in starving:
-                continue
-            if {a.node for a in x.assignments} & set(held.nodes):
-                limit = by_name[x.request_name].time_limit
-                assert held.expected_start is not None and limit is not None
-                assert snap.now + limit <= held.expected_start
+    _reserved_rows_take_only_work_ending_by_their_start(p, snap)
