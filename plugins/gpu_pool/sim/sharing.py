@@ -38,11 +38,10 @@ Preemption model
 * A victim whose natural end comes before ``t + g`` just finishes: the preemption is
   counted as moot and loses nothing.
 * The placement that won the preemption starts at the cycle where its last victim's GPUs
-  are free, on the node the engine chose. What of it was free when it was won is held for
-  it from that cycle (the store records the winner's allocation at once, so no later plan
-  gives it away during the grace); if it still does not fit at the handover it goes back
-  to the queue (counted as a missed handover: the engine planned it on capacity the
-  victims do not free).
+  are free, on the node the engine chose. What it takes beyond what the cycle's victims
+  free is held for it from that cycle (the store records the winner's allocation at once,
+  so no later plan gives it away during the grace; :meth:`_Shared.hold`); if it still does
+  not fit at the handover it goes back to the queue (counted as a missed handover).
 * Preemptions of kind ``peak`` (off-peak work at the peak) have no winner: the victims
   stop and requeue.
 
@@ -183,7 +182,7 @@ class _Handover:
     placement: Placement
     victims: set[int]
     alloc: Allocation
-    # What of the placement was free when it was won, held for it until the handover.
+    # What of the placement the cycle's victims do not free, held for it until the handover.
     holds: tuple[tuple[TraceTask, int, tuple[int, ...]], ...] = ()
 
 
