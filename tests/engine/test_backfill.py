@@ -155,6 +155,10 @@ def test_work_beyond_its_quota_keeps_the_backfill_rule(who, limit, starts, lent_
     assert (got is not None) is starts
     if got is not None:
         assert got.borrowed_from == lent_by and got.off_peak is (who == "offpeak")
+    else:  # the reason names the reservation (it read "... down or draining" for borrowers)
+        why = p.reason_of("small")
+        assert why.code is ReasonCode.NODE_RESERVED, why.message
+        assert "fits only on a, reserved for big" in why.message
     check_plan(p, snap)
 
 

@@ -26,7 +26,9 @@ The first test that holds gives the reason:
 7. ``node_reserved``: it would fit, but only on nodes reserved for a starving request
    (:mod:`gpu_pool.engine.reserve`); the sentence names the nodes and the request, and
    until when work may still start there (work whose time limit ends by the
-   reservation's expected start: backfill).
+   reservation's expected start: backfill). A request beyond its quota that may borrow is
+   judged with its quota open here (borrowing keeps the backfill rule); it read "every
+   compatible node is down or draining" before.
 8. ``waiting_for_capacity``: it does not fit the free capacity; the sentence says what
    is missing ("needs 4 A100 GPUs on one node; largest free block is 3"). A starving
    request holding a reservation says so after it ("; g3-7 reserved for it since ...,
@@ -91,15 +93,11 @@ def quota_reason(request: Request, view: RequestView, groups: np.ndarray, book: 
                  inputs: ReasonInputs | None = None) -> PendingReason | None:
     """The quota reason, or None when quota does not keep ``request`` out; with ``policy``
     and ``inputs`` (the cycle after the plan) it also says why it does not borrow."""
-    if request.gpus == 0:
+    if within_quota(request, view, groups, remaining):
         return None
     g = groups[view.compatible]
-    if (g == UNLIMITED).any():
-        return None
     live = np.unique(g[g >= 0])
     part = request.gpus * request.gpu_milli
-    if live.size and (remaining[live] >= part).any():
-        return None
     who = f"team {request.team} ({request.purpose.value})"
     if live.size:
         k = int(live[np.argmax(remaining[live])])
@@ -132,6 +130,19 @@ def quota_reason(request: Request, view: RequestView, groups: np.ndarray, book: 
     assert (g == NO_QUOTA).all()
     return PendingReason(request.name, ReasonCode.QUOTA_EXHAUSTED,
                          f"{who} has no quota for {describe_part(request)}")
+
+
+def within_quota(request: Request, view: RequestView, groups: np.ndarray,
+                 remaining: np.ndarray) -> bool:
+    """Whether some quota group ``request`` may use on a compatible node still holds it
+    (or it takes no GPUs, or a node is under no quota)."""
+    if request.gpus == 0:
+        return True
+    g = groups[view.compatible]
+    if (g == UNLIMITED).any():
+        return True
+    live = np.unique(g[g >= 0])
+    return bool(live.size and (remaining[live] >= request.gpus * request.gpu_milli).any())
 
 
 def _missing(request: Request, view: RequestView, cycle: Cycle) -> str:
@@ -227,7 +238,11 @@ def pending_reason(request: Request, weight: int, view: RequestView, groups: np.
                 f"{_missing(request, view, opened)}; {', '.join(mine.nodes)} reserved for it "
                 f"since {mine.since:%Y-%m-%d %H:%M} UTC (pending over "
                 f"{whole_duration(inputs.policy.reserve_after)}); {_expected(mine)}")
-        choice = fit(opened, request, weight, view, groups)
+        # Beyond its quota it may borrow (the quota test let it through; borrowing keeps
+        # the backfill rule): whether a reserved node holds it is read with its quota open.
+        reach = groups if within_quota(request, view, groups, inputs.end.remaining) else \
+            np.full(len(groups), UNLIMITED, dtype=groups.dtype)
+        choice = fit(opened, request, weight, view, reach)
         if choice is not None:
             nodes = opened.state.layout.names
             taken = {nodes[row] for row in choice.rows}
