@@ -95,7 +95,8 @@ def borrow(cycle: Cycle, pending: Sequence[Request], weights: dict[str, int],
            policy: Policy, closed: Collection[str] = ()) -> list[Placement]:
     """Placements of still-pending preemptible requests on borrowed capacity (applied to
     ``cycle``); ``closed``: node names no borrower may use this cycle."""
-    if not borrowing(book, policy):
+    pending = borrowers(pending, book, policy)
+    if not pending:
         return []
     pool = lendable(book, cycle)
     borrowed = book.borrowed_milli.copy()
@@ -104,8 +105,6 @@ def borrow(cycle: Cycle, pending: Sequence[Request], weights: dict[str, int],
     open_rows = ~layout.rows_named(closed)
     placements: list[Placement] = []
     for r in pending:
-        if not may_borrow(r, policy) or r.gpus == 0:
-            continue
         g = groups[r.name]
         need = r.total_gpu_milli
         safe = np.maximum(g, 0)
@@ -148,9 +147,13 @@ def borrow(cycle: Cycle, pending: Sequence[Request], weights: dict[str, int],
     return placements
 
 
-def borrowing(book: QuotaBook, policy: Policy) -> bool:
-    """Whether anything may be borrowed at all: quotas, and borrowing on."""
-    return not book.open_fleet and policy.borrowing and bool(len(book.keys))
+def borrowers(pending: Sequence[Request], book: QuotaBook, policy: Policy
+               ) -> list[Request]:
+    """The requests of ``pending`` that may borrow (GPU work :func:`may_borrow` allows),
+    none in an open fleet, with borrowing off or without quotas."""
+    if book.open_fleet or not policy.borrowing or not len(book.keys):
+        return []
+    return [r for r in pending if r.gpus and may_borrow(r, policy)]
 
 
 def may_borrow(request: Request, policy: Policy) -> bool:

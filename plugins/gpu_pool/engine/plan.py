@@ -329,8 +329,7 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
                                                  usage, preempter.nodes))
         placements = [*placements, *won]
         placed |= {p.request_name for p in won}
-    borrowers = [r for r in ordered if r.name not in placed and r.gpus
-                 and borrow.may_borrow(r, policy)] if borrow.borrowing(book, policy) else []
+    borrowers = borrow.borrowers([r for r in ordered if r.name not in placed], book, policy)
     final, won = _backfilling(
         final, held, borrowers, views,
         lambda cycle, bviews: (cycle, borrow.borrow(cycle, borrowers, weights, bviews, groups,
@@ -412,14 +411,14 @@ def _backfilling(final: Cycle, held: reserve.Held, waiting: Sequence[Request],
                  views: dict[str, RequestView],
                  step: Callable[[Cycle, dict[str, RequestView]], tuple[Cycle, list[Placement]]]
                  ) -> tuple[Cycle, list[Placement]]:
-    """Run a placing ``step`` (a cycle and views in, the cycle after and its placements out)
-    on ``final``; where some of ``waiting`` end by a reservation's expected start, on a copy
-    with the reserved rows open to them alone (:func:`reserve.backfill_views`), closed
-    again after."""
+    """Run a placing ``step`` over ``waiting`` (a cycle and their views in, the cycle
+    after and its placements out) on ``final``; where some of them end by a reservation's
+    expected start, on a copy with the reserved rows open to them alone
+    (:func:`reserve.backfill_views`, a view for each of ``waiting``), closed again after."""
     if held.windows:
         bviews, names = reserve.backfill_views(held, waiting, views)
         if names:
-            after, won = step(reserve.reopened(final, held.rows), {**views, **bviews})
+            after, won = step(reserve.reopened(final, held.rows), bviews)
             return reserve.close(after, held.rows), won
     return step(final, views)
 

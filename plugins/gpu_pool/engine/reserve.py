@@ -144,12 +144,14 @@ def holdable_rows(cycle: Cycle, request: Request, view: RequestView,
     return rows[ok]
 
 
-def _close(cycle: Cycle, rows: Sequence[int]) -> None:
+def close(cycle: Cycle, rows: Sequence[int]) -> Cycle:
+    """Close the reserved ``rows`` of ``cycle`` (again, after work on :func:`reopened`)."""
     st = cycle.state
     for row in rows:
         cycle.adjust_budgets(row, -1)  # the fleet-wide and per model/group headroom
         st.set_schedulable(st.layout.names[row], False)
     cycle._blocks = None
+    return cycle
 
 
 def reopened(cycle: Cycle, rows: Sequence[int]) -> Cycle:
@@ -203,7 +205,7 @@ def reserve(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
         picked = order[: r.nodes]
         chosen = [int(rows[k]) for k in picked]
         expected = float(ready[picked].max())
-        _close(start, chosen)
+        close(start, chosen)
         held.rows.extend(chosen)
         held.windows.append((chosen, expected))
         assert r.submitted_at is not None
@@ -254,12 +256,6 @@ def backfill_views(held: Held, waiting: Sequence[Request], views: dict[str, Requ
     return out, backfills
 
 
-def close(cycle: Cycle, rows: Sequence[int]) -> Cycle:
-    """Close the reserved ``rows`` of ``cycle`` again (after work on :func:`reopened`)."""
-    _close(cycle, rows)
-    return cycle
-
-
 def backfill(final: Cycle, held: Held, waiting: Sequence[Request], weights: dict[str, int],
              views: dict[str, RequestView], groups: dict[str, np.ndarray]
              ) -> tuple[Cycle, list[Placement], int]:
@@ -273,5 +269,5 @@ def backfill(final: Cycle, held: Held, waiting: Sequence[Request], weights: dict
         return final, [], 0
     work = reopened(final, held.rows)
     placements, value = run_greedy(work, chosen, weights, bviews, groups)
-    _close(work, held.rows)
+    close(work, held.rows)
     return work, placements, value

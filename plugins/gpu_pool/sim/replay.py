@@ -62,7 +62,7 @@ import numpy as np
 
 from gpu_pool.engine import FleetState, plan_on_state
 from gpu_pool.engine.fragmentation import MILLI, FleetFragmentation
-from gpu_pool.engine.types import NodeAssignment, Placement
+from gpu_pool.engine.types import NodeAssignment
 from gpu_pool.errors import SpecError
 from gpu_pool.model import Allocation, Policy, PriorityClass, Purpose
 from gpu_pool.sim.baselines import BestFitPlacer, FirstFitPlacer
@@ -238,22 +238,19 @@ class _Runner:
         return math.ceil(task.total_gpu_milli / MILLI) if task.num_gpu else 0
 
     def start(self, job: Job, node: int, cols: tuple[int, ...], now: float = 0.0) -> None:
-        self.fleet.take(job.task, node, cols)
-        self.frag.refresh([node])
+        self.hold(job.task, node, cols)
         self.slots_free -= self.slots(job.task)
-        if self.state is not None:
+        if self.state is not None and job.time_limit is not None:
             t = job.task
-            part = self._part(t, node, cols)
-            self.state.apply(Placement(f"j{job.index}", (part,)))
-            if job.time_limit is not None:
-                began = SIM_EPOCH + timedelta(seconds=now)
-                self.active[job.index] = Allocation(
-                    f"j{job.index}", part.node, cols, part.gpu_milli, t.cpu_milli,
-                    t.memory_mib, job.team, job.purpose, job.priority, None, began,
-                    ends_by=began + timedelta(seconds=job.time_limit), id=f"a{job.index}")
+            began = SIM_EPOCH + timedelta(seconds=now)
+            self.active[job.index] = Allocation(
+                f"j{job.index}", self.nodes[node].name, cols, t.gpu_milli if t.num_gpu else 0,
+                t.cpu_milli, t.memory_mib, job.team, job.purpose, job.priority, None, began,
+                ends_by=began + timedelta(seconds=job.time_limit), id=f"a{job.index}")
 
     def hold(self, task: TraceTask, node: int, cols: tuple[int, ...]) -> None:
-        """Hold capacity for no running task (a placement waiting for its handover)."""
+        """Take ``task``'s capacity on the referee's fleet and the engine's state (a
+        running task's, or what a placement waiting for its handover holds)."""
         self.fleet.take(task, node, cols)
         self.frag.refresh([node])
         if self.state is not None:
@@ -273,15 +270,12 @@ class _Runner:
     def finish(self, job: Job, node: int, cols: tuple[int, ...], ended: bool = True) -> None:
         """Release what ``job`` held; ``ended=False``: it was stopped (preempted), so its
         run/limit ratio is not one of a finished task."""
-        self.fleet.release(job.task, node, cols)
-        self.frag.refresh([node])
+        self.unhold(job.task, node, cols)
         self.slots_free += self.slots(job.task)
         if self.state is not None:
-            t = job.task
             self.active.pop(job.index, None)
             if job.time_limit and ended:
                 self.ratios.append(job.duration / job.time_limit)
-            self.state.release([self._part(t, node, cols)])
 
     def cycle(self, pending: list[Job], now: float) -> list[tuple[Job, int, tuple[int, ...]]]:
         started: list[tuple[Job, int, tuple[int, ...]]] = []

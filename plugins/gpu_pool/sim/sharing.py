@@ -370,29 +370,35 @@ class _Shared:
         the winners in plan order (one hold per amount of milli; the first carries the
         cores and memory), each released at its own handover."""
         r = self.runner
-        freed: dict[tuple[int, int | None], list[int]] = {}  # (row, col or None) -> amounts
+        # What the victims free and no winner has taken yet: milli per (row, card), and
+        # cores and memory per row.
+        milli_left: dict[tuple[int, int], int] = {}
+        cpu_left: dict[int, int] = {}
+        memory_left: dict[int, int] = {}
         for v in stopped:
             a = self.attempts[v]
             t = a.job.task
             for c in a.cols:
-                freed.setdefault((a.node, c), [0, 0, 0])[0] += t.gpu_milli
-            left = freed.setdefault((a.node, None), [0, 0, 0])
-            left[1] += t.cpu_milli
-            left[2] += t.memory_mib
+                milli_left[(a.node, c)] = milli_left.get((a.node, c), 0) + t.gpu_milli
+            cpu_left[a.node] = cpu_left.get(a.node, 0) + t.cpu_milli
+            memory_left[a.node] = memory_left.get(a.node, 0) + t.memory_mib
+
+        def beyond(left: dict, key: object, need: int) -> int:
+            """What of ``need`` the victims' ``left[key]`` does not cover (spending it)."""
+            have = left.get(key, 0)
+            left[key] = max(0, have - need)
+            return max(0, need - have)
+
         out = []
         for job, part in won:
             row = r.row_of[part.node]
             by_milli: dict[int, list[int]] = {}
             for c in part.gpu_indices:
-                left = freed.setdefault((row, c), [0, 0, 0])
-                milli = max(0, part.gpu_milli - left[0])
-                left[0] = max(0, left[0] - part.gpu_milli)
+                milli = beyond(milli_left, (row, c), part.gpu_milli)
                 if milli > 0:
                     by_milli.setdefault(milli, []).append(c)
-            left = freed.setdefault((row, None), [0, 0, 0])
-            cpu, memory = max(0, part.cpu_milli - left[1]), max(0, part.memory_mib - left[2])
-            left[1] = max(0, left[1] - part.cpu_milli)
-            left[2] = max(0, left[2] - part.memory_mib)
+            cpu = beyond(cpu_left, row, part.cpu_milli)
+            memory = beyond(memory_left, row, part.memory_mib)
             groups = list(by_milli.items()) or ([(0, [])] if cpu or memory else [])
             holds = []
             for k, (milli, cols) in enumerate(groups):
