@@ -141,9 +141,10 @@ def node4() -> TraceNode:
     return TraceNode("n", 64000, 262144, 4, "T4")
 
 
-def task(name: str, qos: str, at: int, runs: int, gpus: int = 1) -> TraceTask:
-    return TraceTask(name, 1000, 1024, gpus, 1000, frozenset(), qos, "Running", at, at + runs,
-                     at)
+def task(name: str, qos: str, at: int, runs: int, gpus: int = 1, cpu: int = 1000
+         ) -> TraceTask:
+    return TraceTask(name, cpu, 1024, gpus, 1000 if gpus else 0, frozenset(), qos, "Running",
+                     at, at + runs, at)
 
 
 def scenario(*late: TraceTask) -> Trace:
@@ -455,17 +456,12 @@ def test_what_a_preemption_won_stays_held_through_the_grace() -> None:
 def test_a_preemption_winner_holds_only_what_its_victims_do_not_free() -> None:
     # Three train tasks hold 60 of the node's 64 cores. Critical i0 (2 GPUs, 20 cores)
     # takes the free GPU and one train task's GPU and cores; the same cycle places c0, a
-    # CPU-only task (train, placed after the critical work), on the 4 cores left. Holding i0's cores from the 4 free ones would
-    # leave c0 none: the referee refuses such a start.
+    # CPU-only task (train, placed after the critical work), on the 4 cores left. Holding
+    # i0's cores from the 4 free ones would leave c0 none: the referee refuses such a start.
     arrive = 9 * HOUR + 1800
-
-    def cores(name: str, qos: str, at: int, runs: int, gpus: int, cpu: int) -> TraceTask:
-        return TraceTask(name, cpu, 1024, gpus, 1000 if gpus else 0, frozenset(), qos,
-                         "Running", at, at + runs, at)
-
-    early = tuple(cores(f"t{k}", "BE", 9 * HOUR, 10 * HOUR, 1, 20000) for k in range(3))
-    trace = Trace((node4(),), early + (cores("i0", "Guaranteed", arrive, HOUR, 2, 20000),
-                                       cores("c0", "BE", arrive, HOUR, 0, 4000)),
+    early = tuple(task(f"t{k}", "BE", 9 * HOUR, 10 * HOUR, cpu=20000) for k in range(3))
+    trace = Trace((node4(),), early + (task("i0", "Guaranteed", arrive, HOUR, 2, 20000),
+                                       task("c0", "BE", arrive, HOUR, 0, 4000)),
                   "nodes", "pods")
     result = run_replay(trace, "engine", ReplayConfig(heartbeat_s=60, teams=4,
                                                       guarantees=GUARANTEES))
@@ -482,15 +478,10 @@ def test_winners_on_one_node_hold_what_all_the_cycles_victims_do_not_free() -> N
     # cores i0 leaves of its victim's. Held per winner alone, i1's hold asked for 8 cores
     # beyond its victim's, of the one free: the referee refused it.
     arrive = 9 * HOUR + 1800
-
-    def cores(name: str, qos: str, at: int, runs: int, cpu: int) -> TraceTask:
-        return TraceTask(name, cpu, 1024, 1, 1000, frozenset(), qos, "Running", at,
-                         at + runs, at)
-
-    early = tuple(cores(f"t{k}", "BE", 9 * HOUR, 10 * HOUR, c)
+    early = tuple(task(f"t{k}", "BE", 9 * HOUR, 10 * HOUR, cpu=c)
                   for k, c in enumerate((40000, 12000, 10000, 1000)))
-    trace = Trace((node4(),), early + (cores("i0", "Guaranteed", arrive, HOUR, 20000),
-                                       cores("i1", "Guaranteed", arrive, HOUR, 20000)),
+    trace = Trace((node4(),), early + (task("i0", "Guaranteed", arrive, HOUR, cpu=20000),
+                                       task("i1", "Guaranteed", arrive, HOUR, cpu=20000)),
                   "nodes", "pods")
     result = run_replay(trace, "engine", ReplayConfig(heartbeat_s=60, teams=4,
                                                       guarantees=GUARANTEES))
