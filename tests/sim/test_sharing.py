@@ -490,3 +490,31 @@ def test_winners_on_one_node_hold_what_all_the_cycles_victims_do_not_free() -> N
     assert got["i0"][1] == got["i1"][1] == arrive + 120
     assert result.sharing.handovers_missed == 0
     assert len({e.victim for e in result.sharing.preemptions}) == 2
+
+
+def test_a_victim_that_ends_within_the_grace_leaves_its_gpu_to_the_winner() -> None:
+    # Train tasks t0 and t1 hold two of the node's GPUs for ten hours; research task t2
+    # (low) a third until 10:31. At 10:30 critical i0 (3 GPUs) takes the free GPU and
+    # preempts t2 and a train task; t2's own run ends at 10:31, within the grace. x
+    # (research, within its guarantee) arrives at 10:31: t2's GPU is i0's (the store
+    # holds the winner's allocation from the cycle it preempts), so x must not start on
+    # it. Before, t2's end freed the GPU for everyone, x took it and i0's handover at
+    # 10:32, when the train task had stopped, missed.
+    arrive = 10 * HOUR + 1800
+    trace = Trace((node4(),), (task("t0", "BE", 9 * HOUR, 10 * HOUR),
+                               task("t1", "BE", 9 * HOUR, 10 * HOUR),
+                               task("t2", "BE", arrive - 300, 360),
+                               task("i0", "Guaranteed", arrive, HOUR, gpus=3),
+                               task("x", "BE", arrive + 60, 600)), "nodes", "pods")
+    config = ReplayConfig(heartbeat_s=60, teams=4, guarantees=(
+        ("inference", 3), ("train", 1), ("research", 1)))
+    result = run_replay(trace, "engine", config)
+    check_accounting(result)
+    got = by_name(result)
+    assert got["t2"][0].team == "research" and got["x"][0].team == "research"
+    assert result.sharing.handovers_missed == 0
+    pre = {result.jobs[e.victim].task.name: e.moot for e in result.sharing.preemptions
+           if e.for_request == f"j{got['i0'][0].index}"}
+    assert pre.pop("t2") is True and list(pre.values()) == [False]
+    assert got["i0"][1] == arrive + 120
+    assert got["x"][1] is not None and got["x"][1] > arrive + 60

@@ -40,8 +40,10 @@ Preemption model
 * The placement that won the preemption starts at the cycle where its last victim's GPUs
   are free, on the node the engine chose. What it takes beyond what the cycle's victims
   free is held for it from that cycle (the store records the winner's allocation at once,
-  so no later plan gives it away during the grace; :meth:`_Shared.hold`); if it still does
-  not fit at the handover it goes back to the queue (counted as a missed handover).
+  so no later plan gives it away during the grace; :meth:`_Shared.hold`), and so is what
+  a victim that leaves before the others frees for it (its own run ended within the
+  grace; :meth:`_Shared.keep_for_winners`); if it still does not fit at the handover it
+  goes back to the queue (counted as a missed handover).
 * Preemptions of kind ``peak`` (off-peak work at the peak) have no winner: the victims
   stop and requeue.
 
@@ -318,6 +320,7 @@ class _Shared:
             self.finished[j] = a.end
         self.left[j] -= progress
         self.lost[j] += job.gpus * (held - progress)
+        self.keep_for_winners(a)
         for h in self.handovers.values():
             h.victims.discard(j)
 
@@ -392,23 +395,64 @@ class _Shared:
         out = []
         for job, part in won:
             row = r.row_of[part.node]
-            by_milli: dict[int, list[int]] = {}
-            for c in part.gpu_indices:
-                milli = beyond(milli_left, (row, c), part.gpu_milli)
-                if milli > 0:
-                    by_milli.setdefault(milli, []).append(c)
-            cpu = beyond(cpu_left, row, part.cpu_milli)
-            memory = beyond(memory_left, row, part.memory_mib)
-            groups = list(by_milli.items()) or ([(0, [])] if cpu or memory else [])
-            holds = []
-            for k, (milli, cols) in enumerate(groups):
-                task = TraceTask(f"hold-j{job.index}", cpu if k == 0 else 0,
-                                 memory if k == 0 else 0, len(cols), milli)
-                held = (task, row, tuple(cols))
-                r.hold(*held)  # the referee refuses a plan that counted on more than is free
-                holds.append(held)
-            out.append(tuple(holds))
+            milli = {c: m for c in part.gpu_indices
+                     if (m := beyond(milli_left, (row, c), part.gpu_milli)) > 0}
+            out.append(self._take(job, row, milli, beyond(cpu_left, row, part.cpu_milli),
+                                  beyond(memory_left, row, part.memory_mib)))
         return out
+
+    def _take(self, job: Job, row: int, milli: dict[int, int], cpu: int, memory: int
+              ) -> tuple[tuple[TraceTask, int, tuple[int, ...]], ...]:
+        """Hold for ``job`` on ``row`` ``milli`` per card, ``cpu`` and ``memory`` (one hold
+        per amount of milli, the first carrying the cores and memory); the holds."""
+        by_milli: dict[int, list[int]] = {}
+        for c, m in milli.items():
+            by_milli.setdefault(m, []).append(c)
+        groups = list(by_milli.items()) or ([(0, [])] if cpu or memory else [])
+        holds = []
+        for k, (m, cols) in enumerate(groups):
+            task = TraceTask(f"hold-j{job.index}", cpu if k == 0 else 0,
+                             memory if k == 0 else 0, len(cols), m)
+            held = (task, row, tuple(cols))
+            self.runner.hold(*held)  # the referee refuses a plan that counted on more than is free
+            holds.append(held)
+        return tuple(holds)
+
+    def keep_for_winners(self, victim: _Attempt) -> None:
+        """A victim of placements still waiting for their handover has just left (at its
+        stop, or before it when its own run ended within the grace): what it freed that
+        those placements take, and their holds do not cover yet, is held for them until
+        the handover. The store holds the winner's allocation from the cycle it preempts;
+        without this a plan between the victim's end and the handover gave its GPU away
+        and the handover missed (seed 49 at twice the load, max_reservations 3)."""
+        t = victim.job.task
+        freed_milli = {c: t.gpu_milli for c in victim.cols} if t.num_gpu else {}
+        freed_cpu, freed_memory = t.cpu_milli, t.memory_mib
+        for h in self.handovers.values():
+            if victim.job.index not in h.victims:
+                continue
+            (part,) = h.placement.assignments
+            if self.runner.row_of[part.node] != victim.node:
+                continue
+            held_milli: dict[int, int] = {}
+            held_cpu = held_memory = 0
+            for task, _, cols in h.holds:
+                for c in cols:
+                    held_milli[c] = held_milli.get(c, 0) + task.gpu_milli
+                held_cpu += task.cpu_milli
+                held_memory += task.memory_mib
+            milli = {}
+            for c in part.gpu_indices:
+                m = min(freed_milli.get(c, 0), part.gpu_milli - held_milli.get(c, 0))
+                if m > 0:
+                    milli[c] = m
+                    freed_milli[c] -= m
+            cpu = max(0, min(freed_cpu, part.cpu_milli - held_cpu))
+            memory = max(0, min(freed_memory, part.memory_mib - held_memory))
+            freed_cpu -= cpu
+            freed_memory -= memory
+            if milli or cpu or memory:
+                h.holds = (*h.holds, *self._take(h.job, victim.node, milli, cpu, memory))
 
     def hand_over(self, now: float, pending: list[Job]) -> bool:
         ready = [j for j, h in self.handovers.items() if not h.victims]
