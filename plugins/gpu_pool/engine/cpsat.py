@@ -85,8 +85,8 @@ value beats greedy's. Past :data:`MAX_PAIRS` (type, group) pairs the model is no
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Callable, Container, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -230,7 +230,11 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
               ].append(r)
     type_list = list(types.items())
     fits: list[np.ndarray] = []
-    for _key, reqs in type_list:
+    # Per request shape, the parts each up row holds; per view, the up rows it allows:
+    # types differ in view or quota more often than in shape.
+    shape_fit: dict[tuple, np.ndarray] = {}
+    view_rows: dict[int, np.ndarray] = {}
+    for key, reqs in type_list:
         r0 = reqs[0]
         view, g = views[r0.name], groups[r0.name]
         gk = g[grp.rep]
@@ -239,8 +243,14 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
         if part and len(start.remaining):
             ok &= (gk < 0) | (start.remaining[np.maximum(gk, 0)] >= part)
         # Static compatibility varies inside a group (GPU count, CPU and RAM totals).
-        allowed = (view.compatible & view.zone_ok)[up_rows]
-        per_row = np.where(allowed, _fit_per_row(r0, st, up_rows), 0)
+        allowed = view_rows.get(id(view))
+        if allowed is None:
+            allowed = view_rows[id(view)] = (view.compatible & view.zone_ok)[up_rows]
+        shape = key[:5]  # GPUs, milli, nodes (a gang: at most one part a row), CPU, RAM
+        held = shape_fit.get(shape)
+        if held is None:
+            held = shape_fit[shape] = _fit_per_row(r0, st, up_rows)
+        per_row = np.where(allowed, held, 0)
         per_group = np.bincount(up_group, weights=np.minimum(per_row, 1 << 20),
                                 minlength=n_groups).astype(np.int64)
         fits.append(np.where(ok, per_group, 0))
@@ -295,6 +305,10 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
                 quota_terms[b[0]].append((var, r0.nodes * part))
         # x: parts per node group where at least one fits.
         xs = []
+        # A whole-GPU part's rows in the block and share cuts: (cut, units it takes).
+        cuts = ([(f"block{s_}", r0.gpus // s_) for s_ in sizes if r0.gpus >= s_]
+                + [(f"slots{m}", r0.gpus * (MILLI_PER_GPU // m)) for m in shares]
+                if whole else [])
         for k in np.flatnonzero(fits[t]):
             k = int(k)
             var = lm.var(0, int(min(fits[t][k], r0.nodes * len(reqs))), ("x", t, k))
@@ -305,11 +319,8 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
                 lm.maximize((var, -e * pen))
             if whole:
                 cap["whole"][k].append((var, r0.gpus))
-                for s_ in sizes:
-                    if r0.gpus >= s_:
-                        cap[f"block{s_}"][k].append((var, r0.gpus // s_))
-                for m in shares:
-                    cap[f"slots{m}"][k].append((var, r0.gpus * (MILLI_PER_GPU // m)))
+                for name, units in cuts:
+                    cap[name][k].append((var, units))
                 if r0.priority is not PriorityClass.CRITICAL and start.headroom:
                     headroom_terms.append((var, r0.gpus))
                 if r0.priority is not PriorityClass.CRITICAL and scope_of is not None:
@@ -469,16 +480,22 @@ def disaggregate(cycle: Cycle, type_list: list, chosen: dict[int, list[Request]]
                  weights: dict[str, int], views: dict[str, RequestView],
                  groups: dict[str, np.ndarray]) -> tuple[list[Placement], int]:
     """Concrete placements for the solver's choice (see the module docstring)."""
-    left = dict(allot)
-    by_type: dict[int, list[int]] = defaultdict(list)
-    for (t, k) in allot:
-        by_type[t].append(k)
+    # Per type, the groups it still has parts in (group -> parts left), and the node-group
+    # codes of those groups with how many of them carry each (groups split by headroom
+    # scope share a code): kept as parts are taken, not rebuilt per request.
+    rooms: dict[int, dict[int, int]] = defaultdict(dict)
+    for (t, k), n in allot.items():
+        if n > 0:
+            rooms[t][k] = n
+    code_of = group_codes(cycle.state.layout)[grp.rep].tolist()
+    codes: dict[int, Counter[int]] = {t: Counter(code_of[k] for k in room)
+                                      for t, room in rooms.items()}
+    group_of_row = grp.group_of_row.tolist()
     todo = [(t, r) for t, reqs in chosen.items() for r in reqs]
     todo.sort(key=lambda tr: (-tr[1].nodes * tr[1].gpus * tr[1].gpu_milli, -weights[tr[1].name]))
     # Without the FGD measure (a large cycle) the best-fit chooser decides, restricted to
     # the groups' codes instead of their rows: same choices, no pass over the fleet.
     chooser = BestFitChooser(cycle) if fgd_off(cycle) else None
-    code_of = group_codes(cycle.state.layout)[grp.rep]  # groups split by scope share a code
     placements: list[Placement] = []
     done: set[str] = set()
     value = 0
@@ -493,15 +510,22 @@ def disaggregate(cycle: Cycle, type_list: list, chosen: dict[int, list[Request]]
         value += choice.value
 
     for t, r in todo:
-        room = {k: left[(t, k)] for k in by_type.get(t, ()) if left.get((t, k), 0) > 0}
+        room = rooms.get(t, {})
         choice = _fit_in_groups(cycle, chooser, grp, code_of, r, weights[r.name],
-                                views[r.name], groups[r.name], room)
+                                views[r.name], groups[r.name], room, codes.get(t))
         if choice is None:
             continue
         for row in choice.rows:
-            k = int(grp.group_of_row[row])
-            if left.get((t, k), 0) > 0:
-                left[(t, k)] -= 1
+            k = group_of_row[row]
+            n = room.get(k, 0)
+            if n > 1:
+                room[k] = n - 1
+            elif n == 1:
+                del room[k]
+                left_codes = codes[t]
+                left_codes[code_of[k]] -= 1
+                if not left_codes[code_of[k]]:
+                    del left_codes[code_of[k]]
         place(r, choice)
     _fill(cycle, chooser, ordered, done, weights, views, groups, place)
     if chooser is not None:
@@ -510,19 +534,22 @@ def disaggregate(cycle: Cycle, type_list: list, chosen: dict[int, list[Request]]
 
 
 def _fit_in_groups(cycle: Cycle, chooser: BestFitChooser | None, grp: _Groups,
-                   code_of: np.ndarray, r: Request, w: int, view: RequestView, g: np.ndarray,
-                   room: dict[int, int]) -> Choice | None:
+                   code_of: list[int], r: Request, w: int, view: RequestView, g: np.ndarray,
+                   room: dict[int, int], codes: Mapping[int, int] | None = None
+                   ) -> Choice | None:
     """The greedy choice for ``r`` inside the node groups ``room`` still gives its type
     parts in (group -> parts left; a gang's parts at most that many per group, as the
-    solver counted them), else anywhere."""
+    solver counted them), else anywhere. ``codes``: the node-group codes of ``room``'s
+    groups (:func:`group_codes`; computed from it when not given)."""
     choice = None
     if room and chooser is not None:
         caps: dict[int, int] | None = None
         if r.nodes > 1:
             caps = {}
             for k, n in room.items():
-                caps[int(code_of[k])] = caps.get(int(code_of[k]), 0) + n
-        choice = chooser.fit(r, w, view, g, only={int(code_of[k]) for k in room}, caps=caps)
+                caps[code_of[k]] = caps.get(code_of[k], 0) + n
+        only = codes.keys() if codes is not None else {code_of[k] for k in room}
+        choice = chooser.fit(r, w, view, g, only=only, caps=caps)
     elif room:
         rows = np.sort(np.concatenate([grp.members[k] for k in room]))
         caps_k = (grp.group_of_row, dict(room)) if r.nodes > 1 else None

@@ -41,7 +41,7 @@ from __future__ import annotations
 import bisect
 import math
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
@@ -922,7 +922,7 @@ class BestFitChooser:
 
     def fit(self, request: Request, weight: int, view: RequestView,
             groups: np.ndarray, key: tuple | None = None,
-            only: set[int] | None = None,
+            only: Container[int] | None = None,
             caps: dict[int, int] | None = None) -> Choice | None:
         """:func:`fit`; ``key``: the request's :func:`fit_key` when the caller has it;
         ``only``: the node-group codes (:func:`group_codes`) its parts may take; ``caps``:

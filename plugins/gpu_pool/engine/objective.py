@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -44,7 +44,7 @@ import numpy as np
 
 from gpu_pool.engine.capacity import FleetLayout
 from gpu_pool.engine.compat import model_accepts
-from gpu_pool.model import Policy, Request
+from gpu_pool.model import Policy, PriorityClass, Request
 
 VALUE_SCALE = 1000  # per effective milli per unit of aged weight
 WASTE_COEF = 2
@@ -56,13 +56,24 @@ TOP_CLASS_AGING_CAP = 8
 
 def aged_weight(request: Request, policy: Policy, now: datetime) -> int:
     """``w(r)`` of the module docstring."""
-    weights = policy.priority_weights
-    base = weights[request.priority]
+    base, cap = _aging_bounds(policy.priority_weights)[request.priority]
+    return _aged(base, cap, policy.aging_half_life.total_seconds(), request, now)
+
+
+def _aging_bounds(weights: Mapping[PriorityClass, int]) -> dict[PriorityClass, tuple[int, int]]:
+    """Per class its base weight and the most aging may raise it to: one below the next
+    class up (the top class: ``TOP_CLASS_AGING_CAP`` times its base)."""
+    out = {}
+    for cls, base in weights.items():
+        higher = min((w for w in weights.values() if w > base), default=None)
+        out[cls] = (base, max(higher - 1 if higher is not None else base * TOP_CLASS_AGING_CAP,
+                              base))
+    return out
+
+
+def _aged(base: int, cap: int, half_life: float, request: Request, now: datetime) -> int:
     if request.submitted_at is None:
         return base
-    higher = min((w for w in weights.values() if w > base), default=None)
-    cap = max(higher - 1 if higher is not None else base * TOP_CLASS_AGING_CAP, base)
-    half_life = policy.aging_half_life.total_seconds()
     waited = max((now - request.submitted_at).total_seconds(), 0.0)
     if half_life <= 0:
         return cap
@@ -73,13 +84,16 @@ def aged_weight(request: Request, policy: Policy, now: datetime) -> int:
 def aged_weights(requests: Sequence[Request], policy: Policy, now: datetime) -> dict[str, int]:
     """``w(r)`` per request name; requests of one class submitted at the same instant
     (a pipeline's batch) share one computation."""
+    bounds = _aging_bounds(policy.priority_weights)
+    half_life = policy.aging_half_life.total_seconds()
     seen: dict[tuple, int] = {}
     out: dict[str, int] = {}
     for r in requests:
         key = (r.priority, r.submitted_at)
         w = seen.get(key)
         if w is None:
-            w = seen[key] = aged_weight(r, policy, now)
+            base, cap = bounds[r.priority]
+            w = seen[key] = _aged(base, cap, half_life, r, now)
         out[r.name] = w
     return out
 
@@ -119,16 +133,22 @@ class RequestView:
     moves: bool = False
 
 
-def build_view(request: Request, layout: FleetLayout, policy: Policy) -> RequestView:
-    """The :class:`RequestView` of ``request``, cached on the layout by :func:`view_key`."""
-    links = policy.zone_links
-    key = (view_key(request), policy.max_transfer_seconds,
-           tuple(sorted(links.items())) if links else ())
+def build_view(request: Request, layout: FleetLayout, policy: Policy,
+               policy_key: tuple | None = None) -> RequestView:
+    """The :class:`RequestView` of ``request``, cached on the layout by :func:`view_key`;
+    ``policy_key``: :func:`view_policy_key` of ``policy``, when the caller has it."""
+    key = (view_key(request), policy_key or view_policy_key(policy))
     view = layout.views.get(key)
     if view is None:
         view = _build_view(request, layout, policy)
         layout.views[key] = view
     return view
+
+
+def view_policy_key(policy: Policy) -> tuple:
+    """What of ``policy`` a view depends on (data moves), hashable."""
+    links = policy.zone_links
+    return (policy.max_transfer_seconds, tuple(sorted(links.items())) if links else ())
 
 
 def _build_view(request: Request, layout: FleetLayout, policy: Policy) -> RequestView:

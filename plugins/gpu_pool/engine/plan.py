@@ -80,7 +80,13 @@ from gpu_pool.engine.greedy import (
     headroom_scopes,
     row_ends,
 )
-from gpu_pool.engine.objective import RequestView, aged_weights, build_view, view_key
+from gpu_pool.engine.objective import (
+    RequestView,
+    aged_weights,
+    build_view,
+    view_key,
+    view_policy_key,
+)
 from gpu_pool.engine.quota import NO_QUOTA, QuotaBook
 from gpu_pool.engine.reasons import ReasonInputs, pending_reason, queued_behind
 from gpu_pool.engine.types import (
@@ -179,7 +185,9 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     # 1. weights, views, quota groups
     weights = aged_weights(requests, policy, now)
     book = QuotaBook.build(quotas, allocations_usage, policy, now, lending)
-    views: dict[str, RequestView] = {r.name: build_view(r, layout, policy) for r in requests}
+    vkey = view_policy_key(policy)
+    views: dict[str, RequestView] = {r.name: build_view(r, layout, policy, vkey)
+                                     for r in requests}
     group_cache: dict[tuple, np.ndarray] = {}
     groups: dict[str, np.ndarray] = {}
     gate = offpeak.OffPeakGate.at(policy, now)  # off-peak lending: only work done by the peak
