@@ -86,7 +86,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -512,7 +512,7 @@ def disaggregate(cycle: Cycle, type_list: list, chosen: dict[int, list[Request]]
     for t, r in todo:
         room = rooms.get(t, {})
         choice = _fit_in_groups(cycle, chooser, grp, code_of, r, weights[r.name],
-                                views[r.name], groups[r.name], room, codes.get(t))
+                                views[r.name], groups[r.name], room, codes.get(t, {}))
         if choice is None:
             continue
         for row in choice.rows:
@@ -535,12 +535,11 @@ def disaggregate(cycle: Cycle, type_list: list, chosen: dict[int, list[Request]]
 
 def _fit_in_groups(cycle: Cycle, chooser: BestFitChooser | None, grp: _Groups,
                    code_of: list[int], r: Request, w: int, view: RequestView, g: np.ndarray,
-                   room: dict[int, int], codes: Mapping[int, int] | None = None
-                   ) -> Choice | None:
+                   room: dict[int, int], codes: Container[int]) -> Choice | None:
     """The greedy choice for ``r`` inside the node groups ``room`` still gives its type
     parts in (group -> parts left; a gang's parts at most that many per group, as the
     solver counted them), else anywhere. ``codes``: the node-group codes of ``room``'s
-    groups (:func:`group_codes`; computed from it when not given)."""
+    groups (:func:`group_codes`)."""
     choice = None
     if room and chooser is not None:
         caps: dict[int, int] | None = None
@@ -548,8 +547,7 @@ def _fit_in_groups(cycle: Cycle, chooser: BestFitChooser | None, grp: _Groups,
             caps = {}
             for k, n in room.items():
                 caps[code_of[k]] = caps.get(code_of[k], 0) + n
-        only = codes.keys() if codes is not None else {code_of[k] for k in room}
-        choice = chooser.fit(r, w, view, g, only=only, caps=caps)
+        choice = chooser.fit(r, w, view, g, only=codes, caps=caps)
     elif room:
         rows = np.sort(np.concatenate([grp.members[k] for k in room]))
         caps_k = (grp.group_of_row, dict(room)) if r.nodes > 1 else None
