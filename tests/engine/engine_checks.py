@@ -67,10 +67,17 @@ def check_preemptions(plan: Plan, snap: Snapshot) -> None:
     for q in snap.quotas:
         if q.active_at(snap.now):
             guarantee[q.team] += round(q.gpus * MILLI_PER_GPU)
-    over: dict = defaultdict(int)  # what each team holds beyond its guarantees
+    # What each team holds beyond its guarantees once the plan is applied, before its
+    # preemptions: its allocations and its placements (the engine counts those it placed
+    # before preempting, the others only add to it).
+    over: dict = defaultdict(int)
     for a in snap.allocations:
         if a.team in guarantee:
             over[a.team] += a.gpu_milli_total
+    for pl in plan.placements:
+        team = reqs[pl.request_name].team
+        if team in guarantee:
+            over[team] += sum(x.gpu_milli * len(x.gpu_indices) for x in pl.assignments)
     over = {t: held - guarantee[t] for t, held in over.items()}
     taken: dict = defaultdict(int)  # reclaimed from work not marked borrowed, per team
     for p in plan.preemptions:

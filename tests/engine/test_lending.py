@@ -236,6 +236,33 @@ def test_work_within_its_teams_guarantee_is_not_reclaimed() -> None:
     assert plan(snap).preemptions == ()
 
 
+def test_work_a_team_starts_this_cycle_counts_in_what_it_holds() -> None:
+    """nlp is guaranteed 2 GPUs and holds 2: "old" within its own quota on the only A100,
+    "lent" borrowed from speech. Its new request "y" (a T4) starts this cycle within its
+    own quota, taking nlp to 3, one beyond its guarantee. cv, holding nothing of its 1,
+    waits for the A100: it takes back "old" in this same cycle, not at the next heartbeat
+    once "y" shows among the allocations (nlp keeps its 2: "lent" and "y")."""
+    a, b, c = make_node("a", "A100", 1), make_node("b", "T4", 1), make_node("c", "T4", 1)
+    quotas = (make_quota("cv", 1), make_quota("nlp", 2), make_quota("speech", 1))
+    allocs = (make_allocation("old", a, (0,), team="nlp", priority=BATCH, preemptible=True,
+                              ran=timedelta(hours=2)),
+              make_allocation("lent", c, (0,), team="nlp", preemptible=True,
+                              borrowed_from="speech"))
+    x = make_request("x", team="cv", models=("A100",))
+    y = make_request("y", team="nlp", models=("T4",))
+    snap = make_snapshot([a, b, c], [x, y], allocations=allocs, quotas=quotas)
+    result = plan(snap)
+    check_plan(result, snap)
+    assert result.placement_of("y").assignments[0].node == "b"
+    assert [p.request_name for p in result.preemptions] == ["old"]
+    assert result.placement_of("x").note == (
+        "reclaimed its guarantee: took back 1 GPUs held beyond their guarantee by team nlp "
+        "(old)")
+    # Without "y", nlp holds exactly its guarantee: nothing to take back.
+    alone = make_snapshot([a, b, c], [x], allocations=allocs, quotas=quotas)
+    assert plan(alone).preemptions == ()
+
+
 def test_a_gang_is_preempted_whole_or_not_at_all() -> None:
     c = make_node("c", "A100", 4)
 
