@@ -308,7 +308,7 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
             placed |= {p.request_name for p in more}
     # 6. (a) critical preemption, (b) reclaiming guarantees, (c) borrowing beyond them
     preempter = preempt.Preempter(final, allocations_usage, policy, now, book,
-                                  [(p, by_request[p.request_name]) for p in placements])
+                                  [by_request[p.request_name] for p in placements])
     preemptions = []
     for step in (preempter.critical, preempter.reclaim):
         waiting = [r for r in ordered if r.name not in placed]

@@ -22,10 +22,11 @@ Rules (step 6 of :func:`gpu_pool.engine.plan.plan_on_state`, on the plan's final
   than its guarantees (within that team's excess: a reclaim never takes a team below its
   own guarantee; what the team holds counts the work this cycle started for it before
   step 6, so a team that grows within its own quota while holding borrowed GPUs gives
-  back in the same cycle, not the next). As Kueue's reclaim within a cohort, it is the team that borrows, not
-  one placement: the GPUs a borrower holds beyond its guarantee may sit on any node, and
-  taking its work where the reclaiming request fits restores the guarantee where taking
-  only the placements marked borrowed could not (an 8-GPU request needs one node's 8).
+  back in the same cycle, not the next). As Kueue's reclaim within a cohort, it is the
+  team that borrows, not one placement: the GPUs a borrower holds beyond its guarantee
+  may sit on any node, and taking its work where the reclaiming request fits restores
+  the guarantee where taking only the placements marked borrowed could not (an 8-GPU
+  request needs one node's 8).
   Order: borrowed from the reclaiming team first, then other borrowed work, then other
   work of teams over their guarantee (never its own team's: that would trade GPUs within
   the team).
@@ -109,9 +110,9 @@ class Victim:
 
 
 def excess(book: QuotaBook, allocations: Sequence[Allocation],
-           placed: Sequence[tuple[Placement, Request]] = ()) -> dict[str, int]:
+           started: Sequence[Request] = ()) -> dict[str, int]:
     """Milli each team with a live guarantee holds beyond it (see the module docstring):
-    its active allocations and what this cycle ``placed`` for it before preempting."""
+    its active allocations and the requests this cycle ``started`` before preempting."""
     limit: dict[str, int] = defaultdict(int)
     for (team, _p, _m), milli in zip(book.keys, book.limit_milli, strict=True):
         limit[team] += int(milli)
@@ -119,9 +120,9 @@ def excess(book: QuotaBook, allocations: Sequence[Allocation],
     for a in allocations:
         if a.state is AllocationState.ACTIVE and a.team in limit:
             held[a.team] += a.gpu_milli_total
-    for p, r in placed:
+    for r in started:
         if r.team in limit:
-            held[r.team] += sum(x.gpu_milli * len(x.gpu_indices) for x in p.assignments)
+            held[r.team] += r.total_gpu_milli
     return {t: max(0, held[t] - limit[t]) for t in limit}
 
 
@@ -160,12 +161,12 @@ class Preempter:
 
     def __init__(self, cycle: Cycle, allocations: Sequence[Allocation], policy: Policy,
                  now: datetime, book: QuotaBook | None = None,
-                 placed: Sequence[tuple[Placement, Request]] = ()) -> None:
-        """``placed``: the placements ``cycle`` already holds, with their requests: what
-        a team starts this cycle counts in what it holds (:func:`excess`)."""
+                 started: Sequence[Request] = ()) -> None:
+        """``started``: the requests whose placements ``cycle`` already holds: what a team
+        starts this cycle counts in what it holds (:func:`excess`)."""
         self.cycle = cycle
         self.policy = policy
-        self.excess = excess(book, allocations, placed) if book is not None else {}
+        self.excess = excess(book, allocations, started) if book is not None else {}
         self.by_row: dict[int, list[Victim]] = defaultdict(list)
         row_of = cycle.state.layout.row_of
         for v in victims_of(allocations, policy, now):
