@@ -48,6 +48,23 @@ def test_equalities_ranges_and_large_coefficients() -> None:
     assert [solver.value(v) for v in variables] == [7, 3]
 
 
+def test_a_relaxation_in_the_background_solves_the_model_as_it_was_when_started() -> None:
+    # The knapsack above: GLOP runs in a thread while the caller goes on (a plan's greedy
+    # pass); a row added after the start does not reach the running solve.
+    lm = LinearModel()
+    a, b = lm.var(0, 1, "a"), lm.var(0, 1, "b")
+    lm.add([(a, 6), (b, 4)], high=9)
+    lm.maximize((a, 5))
+    lm.maximize((b, 4))
+    waiting = lm.relax_in_background(1.0)
+    lm.add([(b, 1)], high=0)
+    r = waiting()
+    assert r is not None and r.values == pytest.approx([5 / 6, 1.0])
+    again = lm.relax(1.0)  # b = 0 now: a = 1
+    assert again is not None and again.values == pytest.approx([1.0, 0.0])
+    assert again.objective == pytest.approx(5)
+
+
 def test_an_infeasible_model_gives_no_bound() -> None:
     lm = LinearModel()
     x = lm.var(0, 5, "x")

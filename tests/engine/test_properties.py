@@ -96,7 +96,7 @@ def _check_hints(monkeypatch) -> list[int]:
 
     # Without the LP every class cycle goes to CP-SAT, hinted with greedy's plan; the LP and
     # CP-SAT read the same rows, so the hint checks the rows of both.
-    monkeypatch.setattr(lp.LinearModel, "relax", lambda self, limit: None)
+    monkeypatch.setattr(lp.LinearModel, "relax_in_background", lambda self, limit: lambda: None)
     seen: list[int] = []
     real_hint = cpsat._hint
 

@@ -203,10 +203,37 @@ def _fit_per_row(r: Request, st: FleetState, rows: np.ndarray) -> np.ndarray:
     return f
 
 
+@dataclass
+class ClassModel:
+    """The class model of a cycle, built from its start, with GLOP already solving its LP
+    relaxation in the background (:meth:`gpu_pool.engine.lp.LinearModel.relax_in_background`):
+    the caller runs greedy meanwhile, then :func:`finish_classes` waits for the LP."""
+
+    lm: lp.LinearModel
+    relaxing: Callable[[], lp.Relaxation | None]
+    x: dict[tuple[int, int], int]
+    y: dict[tuple[int, tuple[int, int]], int]
+    type_list: list
+    bucket_members: dict
+    grp: _Groups
+    size: str
+
+
 def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
                   views: dict[str, RequestView], groups: dict[str, np.ndarray],
                   greedy: Sequence[Placement], policy: Policy,
                   greedy_value: int | None = None) -> SolverResult:
+    """The class model of the cycle, built and solved (see the module docstring)."""
+    built = build_classes(start, ordered, weights, views, groups, policy)
+    return finish_classes(built, start, ordered, weights, views, groups, greedy, policy,
+                          greedy_value)
+
+
+def build_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
+                  views: dict[str, RequestView], groups: dict[str, np.ndarray],
+                  policy: Policy) -> ClassModel | SolverResult:
+    """The class model of the cycle from ``start`` (which it only reads), its LP already
+    solving; a result instead when the model is too large to build."""
     st = start.state
     grp = node_groups(start)
     n_groups = len(grp.rep)
@@ -357,8 +384,21 @@ def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, i
         lm.add(headroom_terms, high=max(int(start.budget or 0), 0))
     for i, terms in scope_terms.items():
         lm.add(terms, high=max(int(start.scopes[i].budget), 0))
+    return ClassModel(lm, lm.relax_in_background(2 * policy.solver_time_limit_s), x, y,
+                      type_list, bucket_members, grp, size)
+
+
+def finish_classes(built: ClassModel | SolverResult, start: Cycle, ordered: Sequence[Request],
+                   weights: dict[str, int], views: dict[str, RequestView],
+                   groups: dict[str, np.ndarray], greedy: Sequence[Placement], policy: Policy,
+                   greedy_value: int | None = None) -> SolverResult:
+    """The plan of the class model ``built`` from ``start``, against greedy's plan."""
+    if isinstance(built, SolverResult):
+        return built
+    lm, x, y, grp, size = built.lm, built.x, built.y, built.grp, built.size
+    type_list, bucket_members, st = built.type_list, built.bucket_members, start.state
     # 1. The LP relaxation, rounded down: the plan and the bound of large cycles.
-    relaxed = lm.relax(2 * policy.solver_time_limit_s)
+    relaxed = built.relaxing()
     rounded: SolverResult | None = None
     close = 1 - policy.solver_relative_gap
     if relaxed is not None:

@@ -13,9 +13,12 @@ units, where simplex tolerances misbehave) and back up after.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ortools.linear_solver import linear_solver_pb2, pywraplp
+from ortools.linear_solver import linear_solver_pb2
+from ortools.linear_solver.python import model_builder_helper
 from ortools.sat.python import cp_model
 
 _SCALE = 1e-6  # GLOP units per objective unit
@@ -53,7 +56,18 @@ class LinearModel:
         self.objective.append(term)
 
     def relax(self, time_limit_s: float) -> Relaxation | None:
-        """The LP optimum, or None when GLOP does not prove one within the limit.
+        """The LP optimum, or None when GLOP does not prove one within the limit."""
+        return self.relax_in_background(time_limit_s)()
+
+    def relax_in_background(self, time_limit_s: float) -> Callable[[], Relaxation | None]:
+        """Start GLOP on the model as it is now and return the call that waits for
+        :meth:`relax`'s answer.
+
+        The simplex runs in a thread and without Python's GIL
+        (``ModelSolverHelper.solve_serialized_request`` releases it; ``pywraplp``'s
+        ``SolveWithProto`` held it for the whole solve), so the caller's own Python, the
+        greedy pass of a cycle, runs beside it on a second core. Later changes to the
+        model do not reach the running solve.
 
         The model goes to GLOP as one ``MPModelRequest`` built with repeated-field
         ``extend`` calls: setting tens of thousands of coefficients one wrapper call at a
@@ -73,12 +87,30 @@ class LinearModel:
             row.coefficient.extend([float(c) for _, c in terms])
         request = linear_solver_pb2.MPModelRequest(
             model=model, solver_type=linear_solver_pb2.MPModelRequest.GLOP_LINEAR_PROGRAMMING,
-            solver_time_limit_seconds=max(time_limit_s, 1e-3))
-        response = linear_solver_pb2.MPSolutionResponse()
-        pywraplp.Solver.SolveWithProto(request, response)
-        if response.status != linear_solver_pb2.MPSOLVER_OPTIMAL:
-            return None
-        return Relaxation(list(response.variable_value), response.objective_value / _SCALE)
+            solver_time_limit_seconds=max(time_limit_s, 1e-3)).SerializeToString()
+        answer: list[bytes] = []
+        failure: list[BaseException] = []
+
+        def solve() -> None:
+            try:
+                answer.append(model_builder_helper.ModelSolverHelper("glop")
+                              .solve_serialized_request(request))
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                failure.append(exc)
+
+        worker = threading.Thread(target=solve, name="gpu-pool-glop", daemon=True)
+        worker.start()
+
+        def wait() -> Relaxation | None:
+            worker.join()
+            if failure:
+                raise failure[0]
+            response = linear_solver_pb2.MPSolutionResponse.FromString(answer[0])
+            if response.status != linear_solver_pb2.MPSOLVER_OPTIMAL:
+                return None
+            return Relaxation(list(response.variable_value), response.objective_value / _SCALE)
+
+        return wait
 
     def cp_model(self) -> tuple[cp_model.CpModel, list[cp_model.IntVar]]:
         """The same model for CP-SAT, with its variables by index."""

@@ -247,6 +247,12 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
     if held.placements:
         first = held.placed
         ordered = [r for r in ordered if r.name not in first]
+    # 5, begun: a large cycle's class model is built from ``start`` and its LP solves in
+    # the background (GLOP without the GIL) while greedy runs.
+    solving = use_solver and len(ordered) > 1 and policy.solver_time_limit_s > 0
+    cand = exact.affordable(start, ordered, views, own_groups) if solving else None
+    classes = (cpsat.build_classes(start, ordered, weights, views, own_groups, policy)
+               if solving and cand is None else None)
     # 4. greedy
     # The solvers of step 5 start again from ``start`` only when there is a choice to make,
     # so a single request may be placed on it (best_greedy decides when that is).
@@ -256,14 +262,14 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
                        0.0, float(greedy_value), float(greedy_value))
     best_value, final = greedy_value, work
     # 5. CP-SAT (exact when small, over classes otherwise), when there is a choice to make
-    if use_solver and len(ordered) > 1 and policy.solver_time_limit_s > 0:
-        cand = exact.affordable(start, ordered, views, own_groups)
+    if solving:
         if cand is not None:
             result = exact.solve_exact(start, ordered, weights, views, own_groups, placements,
                                        policy, cand)
         else:
-            result = cpsat.solve_classes(start, ordered, weights, views, own_groups,
-                                         placements, policy, greedy_value)
+            assert classes is not None
+            result = cpsat.finish_classes(classes, start, ordered, weights, views, own_groups,
+                                          placements, policy, greedy_value)
         upper = result.upper_bound
         improved = result.value > greedy_value and result.cycle is not None
         if improved:
