@@ -58,7 +58,7 @@ def fleet_gauges(snapshot: Any) -> dict[str, float]:
     for a in snapshot.allocations:
         node = up.get(a.node)
         if node is not None and node.gpu_model is not None:
-            held[label(node.gpu_model)] += len(a.gpu_indices) * a.gpu_milli / MILLI_PER_GPU
+            held[label(node.gpu_model)] += a.gpu_milli_total / MILLI_PER_GPU
     gauges: dict[str, float] = {}
     for model in sorted(total):
         gauges[f"{PREFIX}.gpus.held.{model}"] = round(held[model], 3)

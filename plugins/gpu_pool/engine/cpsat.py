@@ -59,6 +59,10 @@ the solver's bound is an upper bound on the true optimum.
 
 Solving
 -------
+The model is built from the cycle's start before greedy runs (:func:`build_classes`), and
+its LP solves in a background thread meanwhile (GLOP releases Python's GIL, so the simplex
+and greedy's Python share the machine's cores); :func:`finish_classes` then waits for it.
+
 1. The LP relaxation of the model (GLOP, :mod:`gpu_pool.engine.lp`), rounded down (every
    ``y`` and ``x`` floored) and made concrete: its optimum bounds the model's, hence every
    plan. On the bench fleets (``bench/placement_scale.py``, 100 x 50 to 20,000 x 10,000)

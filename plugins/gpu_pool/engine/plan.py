@@ -16,7 +16,8 @@ Steps of :func:`plan_on_state`:
    the baseline; steps 4 and 5 place every request within its quota, one the off-peak
    gate would lend too (it goes beyond its quota only in step 6(b'));
 5. a model on another copy: the exact per-GPU CP-SAT model (:mod:`gpu_pool.engine.exact`)
-   when the cycle is small, else the class model (:mod:`gpu_pool.engine.cpsat`): its LP
+   when the cycle is small, else the class model (:mod:`gpu_pool.engine.cpsat`, built
+   before step 4, its LP solving in the background while greedy runs): its LP
    relaxation bounds every plan, and greedy within ``policy.solver_relative_gap`` of the
    bound stands; else the LP rounded down made concrete, then CP-SAT if still short; a
    plan is kept only when it is worth strictly more than greedy's;
