@@ -55,6 +55,23 @@ CASES = [
      [make_request("x", 1, cpu=6000)], (), Policy(),
      (make_allocation("o", make_node("c", "A100", 4), (0,), cpu=4000),),
      ReasonCode.WAITING_FOR_CAPACITY, "needs 1 any-model GPU with 6 CPU cores"),
+    # Neither the GPUs nor the cores are free anywhere: both are said, and the block is the
+    # largest on any node (it read "largest free block is 0" here, over the nodes with the
+    # cores free: none).
+    ("capacity gpus and cpu", [make_node("c", "A100", 4, cpu=8000)],
+     [make_request("x", 4, cpu=6000)], (), Policy(),
+     (make_allocation("o", make_node("c", "A100", 4), (0,), cpu=4000),),
+     ReasonCode.WAITING_FOR_CAPACITY,
+     "needs 4 any-model GPUs with 6 CPU cores and 0 MiB RAM on one node; largest free block "
+     "is 3, and no compatible node has the cores and RAM free either (at most 4 cores and "
+     "524288 MiB)"),
+    ("capacity share and cpu", [make_node("c", "A100", 4, cpu=8000)],
+     [make_request("x", 1, milli=800, cpu=6000)], (), Policy(),
+     tuple(make_allocation(f"o{i}", make_node("c", "A100", 4), (i,), milli=500, cpu=1000)
+           for i in range(4)),
+     ReasonCode.WAITING_FOR_CAPACITY,
+     "largest free share is 0.5 of a GPU, and no compatible node has the cores and RAM free "
+     "either (at most 4 cores"),
     ("down node", [make_node("d", "A100", 4, state=NodeState.DRAINING)],
      [make_request("x", 1)], (), Policy(), (), ReasonCode.WAITING_FOR_CAPACITY,
      "every compatible node is down or draining"),

@@ -30,7 +30,10 @@ The first test that holds gives the reason:
    judged with its quota open here (borrowing keeps the backfill rule); it read "every
    compatible node is down or draining" before.
 8. ``waiting_for_capacity``: it does not fit the free capacity; the sentence says what
-   is missing ("needs 4 A100 GPUs on one node; largest free block is 3"). A starving
+   is missing ("needs 4 A100 GPUs on one node; largest free block is 3"), the cores and
+   RAM when the nodes with the GPUs free lack them, both when no node has either free
+   ("...; largest free block is 3, and no compatible node has the cores and RAM free
+   either (at most 4 cores and 2048 MiB)"). A starving
    request holding a reservation says so after it ("; g3-7 reserved for it since ...,
    expected to start by ...").
    :func:`queued_behind` turns it into ``outranked`` when requests of the same shape and
@@ -175,8 +178,21 @@ def _missing(request: Request, view: RequestView, cycle: Cycle) -> str:
         return (f"needs {need} with {request.cpu_milli / 1000:g} CPU cores and "
                 f"{request.memory_mib} MiB RAM on one node; nodes with the GPUs free have "
                 f"at most {cpu / 1000:g} cores and {mem} MiB free")
-    if request.gpus and (cpu_ok.any() or not gpu_ok.any()):
+    if request.gpus and cpu_ok.any():
         return f"needs {need} on one node; {fits_gpu}"
+    if request.gpus and not gpu_ok.any():
+        # Neither the GPUs nor the cores and RAM are free on any node: both, so that the
+        # sentence does not blame the GPUs alone (work started this cycle, or lent off-peak,
+        # may have taken the last GPU a node with too few cores had free).
+        free = np.maximum(st.gpu_free[rows], 0)
+        block = int(free.max() if request.is_share else st.whole_free[rows].max())
+        fits_gpu = (f"largest free share is {_gpus(block)} of a GPU" if request.is_share
+                    else f"largest free block is {block}")
+        return (f"needs {need} with {request.cpu_milli / 1000:g} CPU cores and "
+                f"{request.memory_mib} MiB RAM on one node; {fits_gpu}, and no compatible "
+                f"node has the cores and RAM free either (at most "
+                f"{int(st.cpu_free[rows].max()) / 1000:g} cores and "
+                f"{int(st.mem_free[rows].max())} MiB)")
     return f"needs {need} on one node; no compatible node has it free"
 
 
