@@ -72,6 +72,14 @@ CASES = [
      ReasonCode.WAITING_FOR_CAPACITY,
      "largest free share is 0.5 of a GPU, and no compatible node has the cores and RAM free "
      "either (at most 4 cores"),
+    # Only one node of five can ever hold 8 GPUs: the sentence names it.
+    ("few hosts", [make_node("big", "A100", 8), *(make_node(f"s{i}", "A100", 2)
+                                                  for i in range(4))],
+     [make_request("x", 8)], (), Policy(), (make_allocation("o", make_node("big", "A100", 8),
+                                                             (0,)),),
+     ReasonCode.WAITING_FOR_CAPACITY,
+     "needs 8 any-model GPUs on one node; largest free block is 7; only 1 node of the fleet "
+     "can ever hold it (big)"),
     ("down node", [make_node("d", "A100", 4, state=NodeState.DRAINING)],
      [make_request("x", 1)], (), Policy(), (), ReasonCode.WAITING_FOR_CAPACITY,
      "every compatible node is down or draining"),
@@ -103,6 +111,23 @@ def test_reason(nodes, requests, quotas, policy, allocations, code, sentence) ->
     assert reason is not None, result
     assert reason.code is code
     assert sentence in reason.message
+
+
+def test_hosts_are_named_only_when_few_of_the_fleet() -> None:
+    """Two 8-GPU nodes of three, or four of eight: no host list (most of the fleet, or
+    more than FEW_HOSTS); two of eight: both named."""
+    def reason(big: int, small: int) -> str:
+        nodes = [*(make_node(f"big{i}", "A100", 8) for i in range(big)),
+                 *(make_node(f"s{i}", "A100", 2) for i in range(small))]
+        held = [make_allocation(f"o{i}", n, (0,)) for i, n in enumerate(nodes[:big])]
+        result = plan(make_snapshot(nodes, [make_request("x", 8)], allocations=held))
+        found = result.reason_of("x")
+        assert found is not None and found.code is ReasonCode.WAITING_FOR_CAPACITY
+        return found.message
+
+    assert "can ever hold it" not in reason(2, 1)
+    assert "can ever hold it" not in reason(4, 4)
+    assert reason(2, 6).endswith("; only 2 nodes of the fleet can ever hold it (big0, big1)")
 
 
 def test_critical_request_may_use_the_headroom() -> None:

@@ -33,7 +33,9 @@ The first test that holds gives the reason:
    is missing ("needs 4 A100 GPUs on one node; largest free block is 3"), the cores and
    RAM when the nodes with the GPUs free lack them, both when no node has either free
    ("...; largest free block is 3, and no compatible node has the cores and RAM free
-   either (at most 4 cores and 2048 MiB)"). A starving
+   either (at most 4 cores and 2048 MiB)"), and which nodes, when at most three of a
+   fleet four times that size can ever hold it ("...; only 1 node of the fleet can ever
+   hold it (g3-7)"). A starving
    request holding a reservation says so after it ("; g3-7 reserved for it since ...,
    expected to start by ...").
    :func:`queued_behind` turns it into ``outranked`` when requests of the same shape and
@@ -66,7 +68,11 @@ from gpu_pool.engine.zones import ZoneCall
 from gpu_pool.model import MILLI_PER_GPU, Policy, Request
 
 if TYPE_CHECKING:
+    from gpu_pool.engine.capacity import FleetState
     from gpu_pool.engine.reserve import Held
+
+# A request that at most this many nodes can ever hold says which (see _few_hosts).
+FEW_HOSTS = 3
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,25 @@ def _missing(request: Request, view: RequestView, cycle: Cycle) -> str:
                 f"({need}); {have} have them free")
     if not rows.size:
         return f"needs {need}; every compatible node is down or draining"
+    return _lacking(request, st, rows, need) + _few_hosts(view, st)
+
+
+def _few_hosts(view: RequestView, st: FleetState) -> str:
+    """``"; only 2 nodes of the fleet can ever hold it (a, b)"`` when at most
+    :data:`FEW_HOSTS` can (GPU model and count, total cores and RAM, data zone; down or
+    not) and they are at most a quarter of the fleet, else nothing: a request that only a
+    node or two can ever host waits for those, however much else is free, and its owner
+    should know that is why (in a fleet of three nodes it says nothing new)."""
+    hosts = np.flatnonzero(view.compatible & view.zone_ok)
+    if hosts.size > FEW_HOSTS or 4 * hosts.size > st.size:
+        return ""
+    names = ", ".join(st.layout.names[int(r)] for r in hosts)
+    count = "1 node" if hosts.size == 1 else f"{hosts.size} nodes"
+    return f"; only {count} of the fleet can ever hold it ({names})"
+
+
+def _lacking(request: Request, st: FleetState, rows: np.ndarray, need: str) -> str:
+    """What the best of ``rows`` (compatible, up) lacks for a single-node request."""
     cpu_ok = (st.cpu_free[rows] >= request.cpu_milli) & (st.mem_free[rows] >= request.memory_mib)
     if request.is_share:
         block = int(np.maximum(st.gpu_free[rows], 0).max(axis=1)[cpu_ok].max(initial=0))
