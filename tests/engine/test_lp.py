@@ -13,13 +13,18 @@ from gpu_pool.engine import plan
 from gpu_pool.engine.lp import LinearModel
 
 
-def test_relaxation_of_a_knapsack_is_the_fractional_optimum() -> None:
-    # max 5a + 4b, 6a + 4b <= 9, a, b in [0, 1]: fractional optimum b = 1, a = 5/6.
+def _knapsack() -> tuple[LinearModel, int, int]:
+    """max 5a + 4b, 6a + 4b <= 9, a, b in [0, 1]: fractional optimum b = 1, a = 5/6."""
     lm = LinearModel()
     a, b = lm.var(0, 1, "a"), lm.var(0, 1, "b")
     lm.add([(a, 6), (b, 4)], high=9)
     lm.maximize((a, 5))
     lm.maximize((b, 4))
+    return lm, a, b
+
+
+def test_relaxation_of_a_knapsack_is_the_fractional_optimum() -> None:
+    lm, _, _ = _knapsack()
     r = lm.relax(1.0)
     assert r is not None
     assert r.objective == pytest.approx(4 + 5 * 5 / 6)
@@ -49,13 +54,9 @@ def test_equalities_ranges_and_large_coefficients() -> None:
 
 
 def test_a_relaxation_in_the_background_solves_the_model_as_it_was_when_started() -> None:
-    # The knapsack above: GLOP runs in a thread while the caller goes on (a plan's greedy
-    # pass); a row added after the start does not reach the running solve.
-    lm = LinearModel()
-    a, b = lm.var(0, 1, "a"), lm.var(0, 1, "b")
-    lm.add([(a, 6), (b, 4)], high=9)
-    lm.maximize((a, 5))
-    lm.maximize((b, 4))
+    # GLOP runs in a thread while the caller goes on (a plan's greedy pass); a row added
+    # after the start does not reach the running solve.
+    lm, _, b = _knapsack()
     waiting = lm.relax_in_background(1.0)
     lm.add([(b, 1)], high=0)
     r = waiting()
