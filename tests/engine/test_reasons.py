@@ -62,16 +62,16 @@ CASES = [
      [make_request("x", 4, cpu=6000)], (), Policy(),
      (make_allocation("o", make_node("c", "A100", 4), (0,), cpu=4000),),
      ReasonCode.WAITING_FOR_CAPACITY,
-     "needs 4 any-model GPUs with 6 CPU cores and 0 MiB RAM on one node; largest free block "
-     "is 3, and no compatible node has the cores and RAM free either (at most 4 cores and "
-     "524288 MiB)"),
+     "needs 4 any-model GPUs with 6 CPU cores on one node; largest free block is 3, and no "
+     "compatible node has the cores free either (at most 4 cores)"),
     ("capacity share and cpu", [make_node("c", "A100", 4, cpu=8000)],
-     [make_request("x", 1, milli=800, cpu=6000)], (), Policy(),
-     tuple(make_allocation(f"o{i}", make_node("c", "A100", 4), (i,), milli=500, cpu=1000)
-           for i in range(4)),
+     [make_request("x", 1, milli=800, cpu=6000, memory=300_000)], (), Policy(),
+     tuple(make_allocation(f"o{i}", make_node("c", "A100", 4), (i,), milli=500, cpu=1000,
+                           memory=60_000) for i in range(4)),
      ReasonCode.WAITING_FOR_CAPACITY,
-     "largest free share is 0.5 of a GPU, and no compatible node has the cores and RAM free "
-     "either (at most 4 cores"),
+     "needs 0.8 of one any-model GPU with 6 CPU cores and 300000 MiB RAM on one node; largest "
+     "free share is 0.5 of a GPU, and no compatible node has the cores and RAM free "
+     "either (at most 4 cores and 284288 MiB)"),
     # Only one node of five can ever hold 8 GPUs: the sentence names it.
     ("few hosts", [make_node("big", "A100", 8), *(make_node(f"s{i}", "A100", 2)
                                                   for i in range(4))],
@@ -85,7 +85,7 @@ CASES = [
      "every compatible node is down or draining"),
     ("gang", [A100_3, make_node("e", "A100", 4)], [make_request("x", 4, nodes=2)], (),
      Policy(), (BUSY,), ReasonCode.WAITING_FOR_CAPACITY,
-     "needs 2 nodes each with 4 free GPUs (2 nodes x 4 any-model GPUs); 1 have them free"),
+     "needs 2 nodes each with 4 free GPUs (2 nodes x 4 any-model GPUs); 1 has them free"),
     # Judged on the capacity the plan leaves, not on what was free before it: the next
     # cycle starts from there and must say the same.
     ("capacity after the plan", [A100_3],

@@ -32,8 +32,8 @@ The first test that holds gives the reason:
 8. ``waiting_for_capacity``: it does not fit the free capacity; the sentence says what
    is missing ("needs 4 A100 GPUs on one node; largest free block is 3"), the cores and
    RAM when the nodes with the GPUs free lack them, both when no node has either free
-   ("...; largest free block is 3, and no compatible node has the cores and RAM free
-   either (at most 4 cores and 2048 MiB)"), and which nodes, when at most three of a
+   ("...; largest free block is 3, and no compatible node has the cores free either (at
+   most 4 cores)"), and which nodes, when at most three of a
    fleet four times that size can ever hold it ("...; only 1 node of the fleet can ever
    hold it (g3-7)"). A starving
    request holding a reservation says so after it ("; g3-7 reserved for it since ...,
@@ -163,7 +163,7 @@ def _missing(request: Request, view: RequestView, cycle: Cycle) -> str:
         have = len(candidate_rows(cycle, request, view,
                                   np.full(st.size, UNLIMITED, dtype=np.int64), rows))
         return (f"needs {request.nodes} nodes each with {request.gpus} free GPUs "
-                f"({need}); {have} have them free")
+                f"({need}); {'1 has' if have == 1 else f'{have} have'} them free")
     if not rows.size:
         return f"needs {need}; every compatible node is down or draining"
     return _lacking(request, st, rows, need) + _few_hosts(view, st)
@@ -198,11 +198,8 @@ def _lacking(request: Request, st: FleetState, rows: np.ndarray, need: str) -> s
         gpu_ok = np.ones(rows.size, dtype=bool)
         fits_gpu = ""
     if gpu_ok.any() and not (gpu_ok & cpu_ok).any():
-        cpu = int(st.cpu_free[rows][gpu_ok].max())
-        mem = int(st.mem_free[rows][gpu_ok].max())
-        return (f"needs {need} with {request.cpu_milli / 1000:g} CPU cores and "
-                f"{request.memory_mib} MiB RAM on one node; nodes with the GPUs free have "
-                f"at most {cpu / 1000:g} cores and {mem} MiB free")
+        return (f"needs {need} with {_ask(request)} on one node; nodes with the GPUs free "
+                f"have at most {_most(request, st, rows[gpu_ok])} free")
     if request.gpus and cpu_ok.any():
         return f"needs {need} on one node; {fits_gpu}"
     if request.gpus and not gpu_ok.any():
@@ -213,12 +210,25 @@ def _lacking(request: Request, st: FleetState, rows: np.ndarray, need: str) -> s
         block = int(free.max() if request.is_share else st.whole_free[rows].max())
         fits_gpu = (f"largest free share is {_gpus(block)} of a GPU" if request.is_share
                     else f"largest free block is {block}")
-        return (f"needs {need} with {request.cpu_milli / 1000:g} CPU cores and "
-                f"{request.memory_mib} MiB RAM on one node; {fits_gpu}, and no compatible "
-                f"node has the cores and RAM free either (at most "
-                f"{int(st.cpu_free[rows].max()) / 1000:g} cores and "
-                f"{int(st.mem_free[rows].max())} MiB)")
+        them = ("the cores and RAM" if request.cpu_milli and request.memory_mib
+                else "the cores" if request.cpu_milli else "the RAM")
+        return (f"needs {need} with {_ask(request)} on one node; {fits_gpu}, and no "
+                f"compatible node has {them} free either (at most {_most(request, st, rows)})")
     return f"needs {need} on one node; no compatible node has it free"
+
+
+def _ask(request: Request) -> str:
+    """The cores and RAM a part asks, in words (only what it asks)."""
+    return " and ".join(x for x, asked in (
+        (f"{request.cpu_milli / 1000:g} CPU cores", request.cpu_milli),
+        (f"{request.memory_mib} MiB RAM", request.memory_mib)) if asked)
+
+
+def _most(request: Request, st: FleetState, rows: np.ndarray) -> str:
+    """The most cores and RAM free on one of ``rows``, of what ``request`` asks."""
+    return " and ".join(x for x, asked in (
+        (f"{int(st.cpu_free[rows].max()) / 1000:g} cores", request.cpu_milli),
+        (f"{int(st.mem_free[rows].max())} MiB", request.memory_mib)) if asked)
 
 
 def pending_reason(request: Request, weight: int, view: RequestView, groups: np.ndarray,
