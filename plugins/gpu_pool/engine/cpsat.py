@@ -223,16 +223,6 @@ class ClassModel:
     size: str
 
 
-def solve_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
-                  views: dict[str, RequestView], groups: dict[str, np.ndarray],
-                  greedy: Sequence[Placement], policy: Policy,
-                  greedy_value: int | None = None) -> SolverResult:
-    """The class model of the cycle, built and solved (see the module docstring)."""
-    built = build_classes(start, ordered, weights, views, groups, policy)
-    return finish_classes(built, start, ordered, weights, views, groups, greedy, policy,
-                          greedy_value)
-
-
 def build_classes(start: Cycle, ordered: Sequence[Request], weights: dict[str, int],
                   views: dict[str, RequestView], groups: dict[str, np.ndarray],
                   policy: Policy) -> ClassModel | SolverResult:

@@ -186,12 +186,15 @@ def _few_hosts(view: RequestView, st: FleetState) -> str:
 def _lacking(request: Request, st: FleetState, rows: np.ndarray, need: str) -> str:
     """What the best of ``rows`` (compatible, up) lacks for a single-node request."""
     cpu_ok = (st.cpu_free[rows] >= request.cpu_milli) & (st.mem_free[rows] >= request.memory_mib)
+    # The largest block is read where the cores and RAM are free; on every node when none
+    # has them (the sentence then says so too, rather than "largest free block is 0").
+    where = cpu_ok if cpu_ok.any() else np.ones(rows.size, dtype=bool)
     if request.is_share:
-        block = int(np.maximum(st.gpu_free[rows], 0).max(axis=1)[cpu_ok].max(initial=0))
+        block = int(np.maximum(st.gpu_free[rows], 0).max(axis=1)[where].max(initial=0))
         gpu_ok = (st.gpu_free[rows] >= request.gpu_milli).any(axis=1)
         fits_gpu = f"largest free share is {_gpus(block)} of a GPU"
     elif request.gpus:
-        block = int(st.whole_free[rows][cpu_ok].max(initial=0))
+        block = int(st.whole_free[rows][where].max(initial=0))
         gpu_ok = st.whole_free[rows] >= request.gpus
         fits_gpu = f"largest free block is {block}"
     else:
@@ -206,10 +209,6 @@ def _lacking(request: Request, st: FleetState, rows: np.ndarray, need: str) -> s
         # Neither the GPUs nor the cores and RAM are free on any node: both, so that the
         # sentence does not blame the GPUs alone (work started this cycle, or lent off-peak,
         # may have taken the last GPU a node with too few cores had free).
-        free = np.maximum(st.gpu_free[rows], 0)
-        block = int(free.max() if request.is_share else st.whole_free[rows].max())
-        fits_gpu = (f"largest free share is {_gpus(block)} of a GPU" if request.is_share
-                    else f"largest free block is {block}")
         them = ("the cores and RAM" if request.cpu_milli and request.memory_mib
                 else "the cores" if request.cpu_milli else "the RAM")
         return (f"needs {need} with {_ask(request)} on one node; {fits_gpu}, and no "
