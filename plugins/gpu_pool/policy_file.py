@@ -308,6 +308,7 @@ PARSERS: dict[str, Callable[[Any, str], Any]] = {
     "borrowing": parse_bool,
     "reclaim_guarantees": parse_bool,
     "critical_borrows": parse_bool,
+    "critical_preempts_borrowers": parse_bool,
     "preemption_grace": _duration_key(zero_ok=True),
     "min_runtime_before_preemption": _duration_key(zero_ok=True),
     "max_preemptions_per_task": _int_in(0, limits.MAX_PREEMPTIONS_PER_TASK),

@@ -79,7 +79,9 @@ def check_preemptions(plan: Plan, snap: Snapshot) -> None:
         if team in guarantee:
             over[team] += sum(x.gpu_milli * len(x.gpu_indices) for x in pl.assignments)
     over = {t: held - guarantee[t] for t, held in over.items()}
-    taken: dict = defaultdict(int)  # reclaimed from work not marked borrowed, per team
+    # Taken from work not marked borrowed, per team (reclaim, critical work borrowing).
+    taken: dict = defaultdict(int)
+    borrowing = {pl.request_name for pl in plan.placements if pl.borrowed_from is not None}
     for p in plan.preemptions:
         a = by_id[p.allocation_id]
         if p.kind == "peak":  # the peak ends preemptible off-peak work, nothing else
@@ -94,6 +96,14 @@ def check_preemptions(plan: Plan, snap: Snapshot) -> None:
         assert p.grace_s == grace.total_seconds()
         if p.kind == "critical":
             assert reqs[p.for_request].priority is PriorityClass.CRITICAL
+            if p.for_request in borrowing:  # beyond its quota: other teams' excess only
+                assert policy.critical_preempts_borrowers and policy.critical_borrows
+                assert a.team != reqs[p.for_request].team, "borrowed from its own team"
+                if a.borrowed_from is None:
+                    taken[a.team] += a.gpu_milli_total
+                    assert taken[a.team] <= over.get(a.team, 0), (
+                        f"critical work borrowing took {a.request_name} of team {a.team}, "
+                        "which it left below its guarantee")
         else:
             assert p.kind == "reclaim" and policy.reclaim_guarantees, p
             assert a.team != reqs[p.for_request].team, "a team reclaims from other teams only"
@@ -117,8 +127,10 @@ def check_borrowing(plan: Plan, snap: Snapshot) -> None:
     limits = quota_limits(snap, borrow=True)
     borrowed: dict = defaultdict(int)
     lent: dict = defaultdict(int)
+    gone = {p.allocation_id for p in plan.preemptions}
     for a in snap.allocations:
-        if a.borrowed_from is not None:
+        # A preempted borrower gives back what it borrowed (critical work may borrow it).
+        if a.borrowed_from is not None and a.id not in gone:
             lent[a.borrowed_from] += a.gpu_milli_total
             key = group_key(limits, a.team, a.purpose, a.gpu_model)
             if key:

@@ -189,6 +189,7 @@ def random_lending_snapshot(rng, *, nodes: int = 4, requests: int = 10) -> Snaps
                          preemptible=rng.random() < 0.6, waited=timedelta(minutes=i))
             for i in range(requests)]
     policy = Policy(max_reservations=0, borrowing=rng.random() < 0.9,
-                    reclaim_guarantees=rng.random() < 0.9, lend_idle_off_peak=False)
+                    reclaim_guarantees=rng.random() < 0.9, lend_idle_off_peak=False,
+                    critical_preempts_borrowers=rng.random() < 0.5)
     return make_snapshot(fleet, reqs, allocations=allocations, quotas=quotas, policy=policy,
                          lending=lending)

@@ -422,3 +422,80 @@ def test_critical_work_frees_its_own_teams_quota_from_lower_priority_preemptible
     result = plan(snap)
     assert result.preemptions == () and result.placement_of("x") is None
     assert result.reason_of("x").code is ReasonCode.QUOTA_EXHAUSTED
+
+
+# Critical work beyond its quota with nothing idle (Kueue's borrowWithinCohort): nlp's
+# guarantee is full of its own non-preemptible work on b; on a, cv runs 4 GPUs of its own
+# and lends the other 4 to team speech (guaranteed 0, may borrow 8).
+SPEECH_QUOTAS = (*QUOTAS, make_quota("speech", 0, borrow=8))
+NLP_PROD = make_allocation("nlp-prod", B, tuple(range(8)), team="nlp")
+CV_OWN = make_allocation("cv-own", A, (0, 1, 2, 3), team="cv")
+SPEECH_LENT = make_allocation("speech-lent", A, (4, 5, 6, 7), team="speech",
+                              priority=PriorityClass.LOW, preemptible=True,
+                              borrowed_from="cv")
+URGENT = make_request("x", 2, team="nlp", priority=PriorityClass.CRITICAL)
+
+ON = Policy(critical_preempts_borrowers=True)
+
+# (id, allocations, lending, policy, victim or None)
+CRITICAL_BORROW_CASES = [
+    ("preempts the borrower and borrows from its lender",
+     (NLP_PROD, CV_OWN, SPEECH_LENT), (), ON, "speech-lent"),
+    ("off by default: waits", (NLP_PROD, CV_OWN, SPEECH_LENT), (), Policy(), None),
+    ("critical borrowing off: waits", (NLP_PROD, CV_OWN, SPEECH_LENT), (),
+     replace(ON, critical_borrows=False), None),
+    ("borrowing off: waits", (NLP_PROD, CV_OWN, SPEECH_LENT), (),
+     replace(ON, borrowing=False), None),
+    ("the lender lends to speech only: nothing preempted for nothing",
+     (NLP_PROD, CV_OWN, SPEECH_LENT), (Lending("cv", frozenset({"speech"})),), ON, None),
+    ("work within its own team's guarantee is never taken",
+     (NLP_PROD, CV_OWN, replace(SPEECH_LENT, team="cv", borrowed_from=None)), (), ON, None),
+    ("a non-preemptible borrower is never taken",
+     (NLP_PROD, CV_OWN, replace(SPEECH_LENT, preemptible=False)), (), ON, None),
+    ("speech over its guarantee without the borrowed mark: its excess is taken",
+     (NLP_PROD, CV_OWN, replace(SPEECH_LENT, borrowed_from=None)), (), ON, "speech-lent"),
+    ("a victim preempted twice already is never taken",
+     (NLP_PROD, CV_OWN, replace(SPEECH_LENT, preemptions=2)), (), ON, None),
+]
+
+
+@pytest.mark.parametrize(("allocations", "lending", "policy", "victim"),
+                         [c[1:] for c in CRITICAL_BORROW_CASES],
+                         ids=[c[0] for c in CRITICAL_BORROW_CASES])
+def test_critical_work_beyond_its_quota_preempts_other_teams_borrowers(
+        allocations, lending, policy, victim):
+    snap = make_snapshot([A, B], [URGENT], allocations=allocations, quotas=SPEECH_QUOTAS,
+                         lending=lending, policy=policy)
+    result = plan(snap)
+    check_plan(result, snap)
+    placed = result.placement_of("x")
+    if victim is None:
+        assert result.preemptions == () and placed is None
+        return
+    (pre,) = result.preemptions
+    assert (pre.request_name, pre.kind, pre.grace_s) == (victim, "critical", 120.0)
+    assert pre.message == ("preempted for critical request x: team nlp's guarantee is used "
+                           "up, so it borrows, and nothing else fits; team speech holds this "
+                           "beyond its own guarantee, grace 120 s")
+    assert placed.borrowed_from == "cv" and placed.assignments[0].node == "a"
+    assert placed.note == ("borrowed 2 GPUs of team cv's quota, preempting team speech "
+                           f"({victim}) (held beyond their guarantees); critical work, not "
+                           "reclaimed")
+
+
+def test_critical_work_beyond_its_quota_borrows_idle_gpus_before_preempting():
+    """One GPU of the borrower's four ended: a 1-GPU critical request borrows it, and a
+    2-GPU one preempts (the idle one alone does not hold it)."""
+    lent = replace(SPEECH_LENT, gpu_indices=(5, 6, 7))
+    one = replace(URGENT, gpus=1)
+    snap = make_snapshot([A, B], [one], allocations=(NLP_PROD, CV_OWN, lent),
+                         quotas=SPEECH_QUOTAS, policy=ON)
+    result = plan(snap)
+    check_plan(result, snap)
+    assert result.preemptions == () and result.placement_of("x").borrowed_from == "cv"
+    snap = make_snapshot([A, B], [URGENT], allocations=(NLP_PROD, CV_OWN, lent),
+                         quotas=SPEECH_QUOTAS, policy=ON)
+    result = plan(snap)
+    check_plan(result, snap)
+    assert [p.request_name for p in result.preemptions] == ["speech-lent"]
+    assert result.placement_of("x").borrowed_from == "cv"

@@ -30,7 +30,10 @@ Rules (step 6c of :func:`gpu_pool.engine.plan.plan_on_state`, on the plan's fina
   whole request; lender ``""`` is tried first (nobody's guarantee), then consenting teams
   with most lendable first, then by name. A lender lends only on nodes of a model its
   guarantees cover (an any-model quota covers every model).
-* Nodes where this cycle preempts are not lent out again in the same cycle (no loops).
+* Nodes where this cycle preempts are not lent out again in the same cycle (no loops),
+  but to critical work that preempts there to borrow (step 6d, :meth:`gpu_pool.engine.
+  preempt.Preempter.borrow_by_preemption`), which books its borrowing on the same
+  :class:`Lent` after this step.
 * Capacity, headroom and node reservations hold as for every placement (the same
   :func:`~gpu_pool.engine.greedy.fit`); a reserved node takes only a borrower whose time
   limit ends by the reservation's expected start (the backfill rule of
@@ -41,8 +44,8 @@ Invariant: the same inputs give the same borrowing; only ``cycle`` is changed.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from dataclasses import replace
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -90,16 +93,81 @@ def lenders_for(book: QuotaBook, borrower: str) -> list[str]:
     return [t for t in book.teams() if book.consent(t).allows(borrower)]
 
 
+@dataclass
+class Lent:
+    """What one cycle's borrowing has left: milli per lender still lendable
+    (:func:`lendable` less what the cycle borrowed of it) and milli borrowed per group
+    (the book's, plus the cycle's). Carried from the borrowing step (c) to critical
+    borrowing by preemption (:meth:`gpu_pool.engine.preempt.Preempter.borrow`)."""
+
+    pool: dict[str, int]
+    borrowed: np.ndarray
+
+    @classmethod
+    def of(cls, book: QuotaBook, cycle: Cycle) -> Lent:
+        return cls(lendable(book, cycle), book.borrowed_milli.copy())
+
+    def room(self, book: QuotaBook, g: np.ndarray, need: int) -> np.ndarray:
+        """Per row: whether the request's group there may borrow ``need`` more milli."""
+        safe = np.maximum(g, 0)
+        return (g >= 0) & (book.borrow_limit_milli[safe] - self.borrowed[safe] >= need)
+
+
+def lenders(book: QuotaBook, borrower: str, pool: Mapping[str, int]) -> list[str]:
+    """Who ``borrower`` tries, in order: capacity no guarantee covers, then consenting
+    teams with the most lendable in ``pool`` first, then by name."""
+    return [UNGUARANTEED] + sorted((t for t in lenders_for(book, borrower) if t != borrower),
+                                   key=lambda t: (-pool.get(t, 0), t))
+
+
+def covered_rows(book: QuotaBook, lender: str, rows_ok: np.ndarray,
+                 models: np.ndarray) -> np.ndarray:
+    """``rows_ok`` less the rows of a GPU model ``lender``'s guarantees do not cover."""
+    if lender == UNGUARANTEED:
+        return rows_ok
+    cover = covers(book, lender)
+    return rows_ok if None in cover else rows_ok & np.isin(models, list(cover))
+
+
+def place_borrowed(cycle: Cycle, r: Request, weight: int, view: RequestView,
+                   g: np.ndarray, rows_ok: np.ndarray, lender: str, lent: Lent,
+                   policy: Policy, rows: np.ndarray | None = None) -> Placement | None:
+    """Place ``r`` on ``rows_ok`` (within ``rows``, if given) borrowing from ``lender``,
+    applied to ``cycle`` and booked on ``lent``; None where it does not fit."""
+    need = r.total_gpu_milli
+    slot = len(cycle.remaining)
+    trial_groups = np.where(rows_ok, slot, NO_QUOTA).astype(np.int64)
+    trial = Cycle(cycle.state, np.append(cycle.remaining, need), cycle.headroom,
+                  cycle.mix, cycle.budget, cycle.decisions)
+    choice = fit(trial, r, weight, view, trial_groups, rows)
+    if choice is None:
+        return None
+    placed = trial.commit(r, choice)
+    cycle.budget = trial.budget
+    cycle._blocks = None
+    lent.pool[lender] = lent.pool.get(lender, 0) - need
+    for row in choice.rows:
+        lent.borrowed[int(g[row])] += r.gpus * r.gpu_milli
+    where = (f"idle in team {lender}'s quota" if lender
+             else "no team's guarantee covers")
+    note = (f"borrowed {_gpus(need)} GPUs {where}; "
+            + ("preemptible, may be reclaimed" if reclaimable(r, policy) else
+               "critical work, not reclaimed: its lender waits for it to end"))
+    return replace(placed, borrowed_from=lender, note=note)
+
+
 def borrow(cycle: Cycle, pending: Sequence[Request], weights: dict[str, int],
            views: dict[str, RequestView], groups: dict[str, np.ndarray], book: QuotaBook,
-           policy: Policy, closed: Collection[str] = ()) -> list[Placement]:
+           policy: Policy, closed: Collection[str] = (), lent: Lent | None = None
+           ) -> list[Placement]:
     """Placements of still-pending preemptible requests on borrowed capacity (applied to
-    ``cycle``); ``closed``: node names no borrower may use this cycle."""
+    ``cycle``); ``closed``: node names no borrower may use this cycle; ``lent``: where
+    the cycle's borrowing is booked (a new one from ``book`` and ``cycle`` if None)."""
     pending = borrowers(pending, book, policy)
     if not pending:
         return []
-    pool = lendable(book, cycle)
-    borrowed = book.borrowed_milli.copy()
+    if lent is None:
+        lent = Lent.of(book, cycle)
     layout = cycle.state.layout
     models = np.array(layout.models, dtype=object)
     open_rows = ~layout.rows_named(closed)
@@ -107,43 +175,20 @@ def borrow(cycle: Cycle, pending: Sequence[Request], weights: dict[str, int],
     for r in pending:
         g = groups[r.name]
         need = r.total_gpu_milli
-        safe = np.maximum(g, 0)
-        ok = (g >= 0) & open_rows & (book.borrow_limit_milli[safe] - borrowed[safe] >= need)
+        ok = open_rows & lent.room(book, g, need)
         if not ok.any():
             continue
-        candidates = [UNGUARANTEED] + sorted(
-            (t for t in lenders_for(book, r.team) if t != r.team),
-            key=lambda t: (-pool.get(t, 0), t))
-        for lender in candidates:
-            if pool.get(lender, 0) < need:
+        for lender in lenders(book, r.team, lent.pool):
+            if lent.pool.get(lender, 0) < need:
                 continue
-            rows_ok = ok
-            if lender != UNGUARANTEED:
-                cover = covers(book, lender)
-                if None not in cover:
-                    rows_ok = ok & np.isin(models, list(cover))
+            rows_ok = covered_rows(book, lender, ok, models)
             if not rows_ok.any():
                 continue
-            slot = len(cycle.remaining)
-            trial_groups = np.where(rows_ok, slot, NO_QUOTA).astype(np.int64)
-            trial = Cycle(cycle.state, np.append(cycle.remaining, need), cycle.headroom,
-                          cycle.mix, cycle.budget, cycle.decisions)
-            choice = fit(trial, r, weights[r.name], views[r.name], trial_groups)
-            if choice is None:
-                continue
-            placed = trial.commit(r, choice)
-            cycle.budget = trial.budget
-            cycle._blocks = None
-            pool[lender] -= need
-            for row in choice.rows:
-                borrowed[int(g[row])] += r.gpus * r.gpu_milli
-            where = (f"idle in team {lender}'s quota" if lender
-                     else "no team's guarantee covers")
-            note = (f"borrowed {_gpus(need)} GPUs {where}; "
-                    + ("preemptible, may be reclaimed" if reclaimable(r, policy) else
-                       "critical work, not reclaimed: its lender waits for it to end"))
-            placements.append(replace(placed, borrowed_from=lender, note=note))
-            break
+            placed = place_borrowed(cycle, r, weights[r.name], views[r.name], g, rows_ok,
+                                    lender, lent, policy)
+            if placed is not None:
+                placements.append(placed)
+                break
     return placements
 
 

@@ -33,7 +33,9 @@ Steps of :func:`plan_on_state`:
    requests the gate lends that are still pending go beyond their quota (greedy, their
    lent quota groups); (c) preemptible requests still pending may borrow beyond their
    guarantee, with the lender's consent (:mod:`gpu_pool.engine.borrow`); neither (b') nor
-   (c) on nodes (a) or (b) preempted on. So work within its quota goes before work beyond
+   (c) on nodes (a) or (b) preempted on; (d) critical requests still pending whose team's
+   guarantee is used up preempt other teams' work held beyond their own guarantees and
+   borrow what that frees (``policy.critical_preempts_borrowers``). So work within its quota goes before work beyond
    it, whatever their classes (Kueue's order: requests under nominal quota before
    borrowing ones); ranked by class alone, a low request lent beyond its team's quota
    could take the GPU a batch request within its own needs, which reclaim would then
@@ -346,13 +348,23 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
         placements = [*placements, *won]
         placed |= {p.request_name for p in won}
     borrowers = borrow.borrowers([r for r in ordered if r.name not in placed], book, policy)
+    lent = borrow.Lent.of(book, final)
     final, won = _backfilling(
         final, held, borrowers, views,
         lambda cycle, bviews: (cycle, borrow.borrow(cycle, borrowers, weights, bviews, groups,
-                                                    book, policy, preempter.nodes)))
+                                                    book, policy, preempter.nodes, lent)))
     if won:
         placements = [*placements, *won]
         placed |= {p.request_name for p in won}
+    # (d) critical work that found nothing idle to borrow preempts work other teams hold
+    # beyond their guarantees, and borrows what that frees
+    preempter.cycle = final
+    won, pre = preempter.borrow_by_preemption([r for r in borrowers if r.name not in placed],
+                                              weights, views, groups, book, lent)
+    if won:
+        placements = [*placements, *won]
+        placed |= {p.request_name for p in won}
+        preemptions.extend(pre)
     # 6b. the peak ends off-peak work: preemptible off-peak allocations still running
     taken = {x.allocation_id for x in preemptions}
     preemptions = [*preemptions, *(x for x in offpeak.peak_reclaims(allocations_usage, policy, now)

@@ -43,6 +43,14 @@ Rules (step 6 of :func:`gpu_pool.engine.plan.plan_on_state`, on the plan's final
   request whose team's quota is used up may preempt lower-priority preemptible work of
   the same quota group (its own team's): a victim within its group's guarantee gives its
   quota back as well as its GPUs (as Kueue's within-queue preemption of lower priority).
+* ``borrow`` (6d, with ``Policy.critical_preempts_borrowers``, ``borrowing`` and
+  ``critical_borrows``): each critical single-node request still pending after borrowing
+  (6c), whose group may still borrow it (``borrowed + request <= borrow limit``), may
+  preempt the reclaim's victims (other teams' work marked borrowed or within their
+  excess; same order) on a node where it then fits, and borrows what that frees from one
+  consenting lender (:mod:`gpu_pool.engine.borrow`), judged after the victims go (what
+  they borrowed back to its lender, what they held within their guarantee idle there);
+  when no lender would cover it, nothing is preempted (Kueue's ``borrowWithinCohort``).
 * Gang requests do not preempt (all-or-nothing across nodes would need a search this rule
   does not make). Every preemption carries the victim's grace (its own, else
   ``Policy.preemption_grace``) and says why in a sentence.
@@ -62,9 +70,10 @@ from datetime import datetime
 
 import numpy as np
 
+from gpu_pool.engine import borrow
 from gpu_pool.engine.greedy import Cycle, fit
 from gpu_pool.engine.objective import RequestView
-from gpu_pool.engine.quota import QuotaBook
+from gpu_pool.engine.quota import NO_QUOTA, UNLIMITED, QuotaBook
 from gpu_pool.engine.types import NodeAssignment, Placement, Preemption
 from gpu_pool.model import (
     MILLI_PER_GPU,
@@ -157,7 +166,7 @@ def victims_of(allocations: Sequence[Allocation], policy: Policy, now: datetime
 
 
 class Preempter:
-    """Victims on the final cycle, shared by the critical and the reclaim steps."""
+    """Victims on the final cycle, shared by the critical, reclaim and borrow steps."""
 
     def __init__(self, cycle: Cycle, allocations: Sequence[Allocation], policy: Policy,
                  now: datetime, book: QuotaBook | None = None,
@@ -262,14 +271,14 @@ class Preempter:
                 keep = rest
         return keep
 
-    def _take(self, r: Request, weight: int, view: RequestView, g: np.ndarray, row: int,
-              freed: list[Victim], message: Callable[[Victim], str], kind: str
-              ) -> tuple[Placement, list[Preemption]]:
-        cycle = self.cycle
+    def _preempt(self, r: Request, freed: list[Victim], message: Callable[[Victim], str],
+                 kind: str) -> list[Preemption]:
+        """Preempt ``freed`` for ``r`` on the cycle: their capacity and quota given back,
+        their teams' excess spent, one preemption per allocation."""
         self._failed.clear()
         out = []
         for v in freed:
-            _free(cycle, v)
+            _free(self.cycle, v)
             self.taken.add(v.request_name)
             if v.team in self.excess:
                 self.excess[v.team] = max(0, self.excess[v.team] - v.milli)
@@ -277,9 +286,16 @@ class Preempter:
                 self.nodes.add(a.node)
                 out.append(Preemption(a.id or f"{a.request_name}@{a.node}", a.request_name,
                                       r.name, message(v), grace_s=v.grace_s, kind=kind))
-        choice = fit(cycle, r, weight, view, g, np.array([row]))
+        return out
+
+    def _take(self, r: Request, weight: int, view: RequestView, g: np.ndarray, row: int,
+              freed: list[Victim], message: Callable[[Victim], str], kind: str
+              ) -> tuple[Placement, list[Preemption]]:
+        """Preempt ``freed`` and place ``r`` on ``row`` within its quota groups ``g``."""
+        out = self._preempt(r, freed, message, kind)
+        choice = fit(self.cycle, r, weight, view, g, np.array([row]))
         assert choice is not None  # found feasible on a trial copy of this very state
-        return cycle.commit(r, choice), out
+        return self.cycle.commit(r, choice), out
 
     def critical(self, pending: Sequence[Request], weights: dict[str, int],
                  views: dict[str, RequestView], groups: dict[str, np.ndarray]
@@ -375,3 +391,88 @@ class Preempter:
             preemptions.extend(pre)
         return placements, preemptions
 
+    def borrow_by_preemption(self, pending: Sequence[Request], weights: dict[str, int],
+               views: dict[str, RequestView], groups: dict[str, np.ndarray],
+               book: QuotaBook, lent: borrow.Lent
+               ) -> tuple[list[Placement], list[Preemption]]:
+        """Critical requests beyond their team's guarantee that borrowing found no idle
+        GPUs for preempt other teams' work held beyond their own guarantees, and borrow
+        what it frees (``Policy.critical_preempts_borrowers``; see the module docstring)."""
+        policy = self.policy
+        placements: list[Placement] = []
+        preemptions: list[Preemption] = []
+        if not (policy.critical_preempts_borrowers and policy.borrowing
+                and policy.critical_borrows) or book.open_fleet or not len(book.keys):
+            return placements, preemptions
+        models = np.array(self.cycle.state.layout.models, dtype=object)
+        for r in pending:
+            if r.priority is not PriorityClass.CRITICAL or r.is_gang or not r.gpus:
+                continue
+            key = self._key(r, "borrow", views, groups)
+            if key in self._failed:
+                continue
+            g = groups[r.name]
+            need = r.total_gpu_milli
+            room = lent.room(book, g, need)
+            if not room.any():
+                continue
+            # Borrowing, not a guarantee, is what limits it here: every row its group may
+            # borrow on is open to the search (quota-free), the others closed.
+            open_g = np.where(room, UNLIMITED, NO_QUOTA).astype(np.int64)
+            view, weight, team = views[r.name], weights[r.name], r.team
+            found = self._search(
+                r, weight, view, open_g,
+                lambda v, team=team: v.team != team and (
+                    v.borrowed_from is not None or self.excess.get(v.team, 0) >= v.milli),
+                lambda v: (v.borrowed_from is None, -v.rank, v.work_lost, v.request_name),
+                lambda freed: (sum(v.borrowed_from is None for v in freed),),
+                lambda v: v.borrowed_from is None)
+            chosen = None if found is None else self._lender(r, *found, book, lent, room,
+                                                             models)
+            if found is None or chosen is None:
+                self._failed.add(key)
+                continue
+            row, freed = found
+            lender, pool = chosen
+            pre = self._preempt(
+                r, freed,
+                lambda v, r=r: (
+                    f"preempted for critical request {r.name}: team {r.team}'s guarantee is "
+                    f"used up, so it borrows, and nothing else fits; team {v.team} holds "
+                    f"this beyond its own guarantee, grace {v.grace_s:g} s"),
+                "critical")
+            lent.pool = pool
+            rows_ok = borrow.covered_rows(book, lender, room, models)
+            placed = borrow.place_borrowed(self.cycle, r, weight, view, g, rows_ok, lender,
+                                           lent, policy, np.array([row]))
+            assert placed is not None  # found feasible on a trial copy of this very state
+            whose = ", ".join(sorted({f"team {v.team} ({v.request_name})" for v in freed}))
+            of = f"team {lender}'s quota" if lender else "capacity no team's guarantee covers"
+            note = (f"borrowed {r.total_gpu_milli / MILLI_PER_GPU:g} GPUs of {of}, preempting "
+                    f"{whose} (held beyond their guarantees); critical work, not reclaimed")
+            placements.append(replace(placed, note=note))
+            preemptions.extend(pre)
+        return placements, preemptions
+
+    def _lender(self, r: Request, row: int, freed: list[Victim], book: QuotaBook,
+                lent: borrow.Lent, room: np.ndarray, models: np.ndarray
+                ) -> tuple[str, dict[str, int]] | None:
+        """Who lends ``r`` its GPUs on ``row`` once ``freed`` are gone, and what every
+        lender may lend then: what they borrowed goes back to its lender, what they held
+        within their own team's guarantee becomes idle there. None when no consenting
+        lender can cover it."""
+        pool = dict(lent.pool)
+        for v in freed:
+            if v.borrowed_from is not None:
+                pool[v.borrowed_from] = pool.get(v.borrowed_from, 0) + v.milli
+        trial = self.cycle.clone()
+        before = borrow.lendable(book, trial)
+        for v in freed:
+            _free(trial, v)
+        for t, milli in borrow.lendable(book, trial).items():
+            pool[t] = pool.get(t, 0) + milli - before.get(t, 0)
+        for lender in borrow.lenders(book, r.team, pool):
+            if pool.get(lender, 0) >= r.total_gpu_milli and borrow.covered_rows(
+                    book, lender, room, models)[row]:
+                return lender, pool
+        return None
