@@ -470,11 +470,10 @@ class Policy:
     # Critical work is never held back by its team's quota while GPUs are idle: it
     # borrows them although it cannot be reclaimed (it is not preempted).
     critical_borrows: bool = True
-    # ... and when no idle GPU fits it, preempts other teams' preemptible work held beyond
-    # their own guarantees to borrow what that frees (Kueue's borrowWithinCohort). Off by
-    # default, as in Kueue: in the teams replay, waiting for the next end started such
-    # critical work sooner than the victims' grace would (README, "Guaranteed, borrowed").
-    critical_preempts_borrowers: bool = False
+    # ... and when no idle GPU fits it, once it has waited its victims' grace, preempts
+    # other teams' preemptible work held beyond their own guarantees to borrow what that
+    # frees (Kueue's borrowWithinCohort, gpu_pool.engine.preempt).
+    critical_preempts_borrowers: bool = True
     # SIGTERM to SIGKILL for a preempted task, unless the task sets its own.
     preemption_grace: timedelta = timedelta(seconds=120)
     # A task preempted before runs at least this long again before it may be preempted

@@ -433,15 +433,16 @@ CV_OWN = make_allocation("cv-own", A, (0, 1, 2, 3), team="cv")
 SPEECH_LENT = make_allocation("speech-lent", A, (4, 5, 6, 7), team="speech",
                               priority=PriorityClass.LOW, preemptible=True,
                               borrowed_from="cv")
-URGENT = make_request("x", 2, team="nlp", priority=PriorityClass.CRITICAL)
-
-ON = Policy(critical_preempts_borrowers=True)
+URGENT = make_request("x", 2, team="nlp", priority=PriorityClass.CRITICAL,
+                      waited=timedelta(minutes=2))
+ON = Policy()
 
 # (id, allocations, lending, policy, victim or None)
 CRITICAL_BORROW_CASES = [
     ("preempts the borrower and borrows from its lender",
      (NLP_PROD, CV_OWN, SPEECH_LENT), (), ON, "speech-lent"),
-    ("off by default: waits", (NLP_PROD, CV_OWN, SPEECH_LENT), (), Policy(), None),
+    ("off: waits", (NLP_PROD, CV_OWN, SPEECH_LENT), (),
+     Policy(critical_preempts_borrowers=False), None),
     ("critical borrowing off: waits", (NLP_PROD, CV_OWN, SPEECH_LENT), (),
      replace(ON, critical_borrows=False), None),
     ("borrowing off: waits", (NLP_PROD, CV_OWN, SPEECH_LENT), (),
@@ -481,6 +482,22 @@ def test_critical_work_beyond_its_quota_preempts_other_teams_borrowers(
     assert placed.note == ("borrowed 2 GPUs of team cv's quota, preempting team speech "
                            f"({victim}) (held beyond their guarantees); critical work, not "
                            "reclaimed")
+
+
+def test_critical_work_beyond_its_quota_preempts_once_it_has_waited_the_grace():
+    """The ski-rental rule: before it has waited its victims' grace (their own, else the
+    policy's) an end may start it as soon as preempting would; from then on it preempts."""
+    for waited, grace, preempts in [(119, None, False), (120, None, True),
+                                    (299, 300, False), (300, 300, True), (60, 30, True)]:
+        lent = replace(SPEECH_LENT, grace=None if grace is None else timedelta(seconds=grace))
+        urgent = replace(URGENT, submitted_at=URGENT.submitted_at + timedelta(minutes=2)
+                         - timedelta(seconds=waited))
+        snap = make_snapshot([A, B], [urgent], allocations=(NLP_PROD, CV_OWN, lent),
+                             quotas=SPEECH_QUOTAS)
+        result = plan(snap)
+        check_plan(result, snap)
+        assert bool(result.preemptions) is preempts, (waited, grace)
+        assert (result.placement_of("x") is not None) is preempts
 
 
 def test_critical_work_beyond_its_quota_borrows_idle_gpus_before_preempting():

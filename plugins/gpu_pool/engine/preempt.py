@@ -51,6 +51,10 @@ Rules (step 6 of :func:`gpu_pool.engine.plan.plan_on_state`, on the plan's final
   consenting lender (:mod:`gpu_pool.engine.borrow`), judged after the victims go (what
   they borrowed back to its lender, what they held within their guarantee idle there);
   when no lender would cover it, nothing is preempted (Kueue's ``borrowWithinCohort``).
+  Only once the request has waited as long as the victims' grace (the longest of
+  theirs): a preemption starts it a grace later, so until then the next end may start it
+  as soon, and after it waiting has cost what preempting would have (the ski-rental rule:
+  it never waits more than twice what preempting at once would take, beyond a heartbeat).
 * Gang requests do not preempt (all-or-nothing across nodes would need a search this rule
   does not make). Every preemption carries the victim's grace (its own, else
   ``Policy.preemption_grace``) and says why in a sentence.
@@ -175,6 +179,7 @@ class Preempter:
         starts this cycle counts in what it holds (:func:`excess`)."""
         self.cycle = cycle
         self.policy = policy
+        self.now = now
         self.excess = excess(book, allocations, started) if book is not None else {}
         self.by_row: dict[int, list[Victim]] = defaultdict(list)
         row_of = cycle.state.layout.row_of
@@ -433,6 +438,8 @@ class Preempter:
                 self._failed.add(key)
                 continue
             row, freed = found
+            if self._waited(r) < max(v.grace_s for v in freed):
+                continue  # not yet: an end may free room before the victims' grace would
             lender, pool = chosen
             pre = self._preempt(
                 r, freed,
@@ -453,6 +460,12 @@ class Preempter:
             placements.append(replace(placed, note=note))
             preemptions.extend(pre)
         return placements, preemptions
+
+    def _waited(self, r: Request) -> float:
+        """Seconds ``r`` has waited (unknown: as long as any grace)."""
+        if r.submitted_at is None:
+            return float("inf")
+        return (self.now - r.submitted_at).total_seconds()
 
     def _lender(self, r: Request, row: int, freed: list[Victim], book: QuotaBook,
                 lent: borrow.Lent, room: np.ndarray, models: np.ndarray
