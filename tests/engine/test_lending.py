@@ -498,6 +498,12 @@ def test_critical_work_beyond_its_quota_preempts_once_it_has_waited_the_grace():
         check_plan(result, snap)
         assert bool(result.preemptions) is preempts, (waited, grace)
         assert (result.placement_of("x") is not None) is preempts
+        if not preempts:
+            at = urgent.submitted_at + timedelta(seconds=grace or 120)
+            assert result.reason_of("x").message.endswith(
+                f"; unless GPUs free first, it preempts work other teams hold beyond their "
+                f"guarantees at {at:%Y-%m-%d %H:%M:%S} UTC, once it has waited their "
+                f"{grace or 120} s grace")
 
 
 def test_critical_work_beyond_its_quota_borrows_idle_gpus_before_preempting():

@@ -394,6 +394,11 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
             back = gate.held_back(r)  # off-peak would have lent it, but it crosses the peak
             if back is not None:
                 message = f"{back} ({message})"
+        if r.name in preempter.deferred:
+            at, grace = preempter.deferred[r.name]
+            message = (f"{message}; unless GPUs free first, it preempts work other teams "
+                       f"hold beyond their guarantees at {at:%Y-%m-%d %H:%M:%S} UTC, once it "
+                       f"has waited their {grace:g} s grace")
         pending_list.append(queued_behind(PendingReason(r.name, reason.code, message),
                                           ahead.get(r.name, 0)))
     pending = tuple(pending_list)

@@ -70,7 +70,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import numpy as np
 
@@ -190,6 +190,9 @@ class Preempter:
                 for row in sorted({row_of[a.node] for a in v.allocations}):
                     self.by_row[row].append(v)
         self.taken: set[str] = set()
+        # Critical requests that will preempt to borrow once they have waited their
+        # victims' grace: when, and that grace (seconds); for their pending reasons.
+        self.deferred: dict[str, tuple[datetime, float]] = {}
         self.nodes: set[str] = set()  # nodes where this cycle preempted
         # Requests of one type that found no victims: the same answer until a preemption
         # changes the cycle (a queue of thousands of one shape searches once).
@@ -438,8 +441,12 @@ class Preempter:
                 self._failed.add(key)
                 continue
             row, freed = found
-            if self._waited(r) < max(v.grace_s for v in freed):
-                continue  # not yet: an end may free room before the victims' grace would
+            grace = max(v.grace_s for v in freed)
+            if self._waited(r) < grace:
+                # Not yet: an end may free room before the victims' grace would.
+                assert r.submitted_at is not None  # else it has waited any grace
+                self.deferred[r.name] = (r.submitted_at + timedelta(seconds=grace), grace)
+                continue
             lender, pool = chosen
             pre = self._preempt(
                 r, freed,
