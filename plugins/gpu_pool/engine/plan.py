@@ -348,23 +348,25 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
         placements = [*placements, *won]
         placed |= {p.request_name for p in won}
     borrowers = borrow.borrowers([r for r in ordered if r.name not in placed], book, policy)
-    lent = borrow.Lent.of(book, final)
-    final, won = _backfilling(
-        final, held, borrowers, views,
-        lambda cycle, bviews: (cycle, borrow.borrow(cycle, borrowers, weights, bviews, groups,
-                                                    book, policy, preempter.nodes, lent)))
-    if won:
-        placements = [*placements, *won]
-        placed |= {p.request_name for p in won}
-    # (d) critical work that found nothing idle to borrow preempts work other teams hold
-    # beyond their guarantees, and borrows what that frees
-    preempter.cycle = final
-    won, pre = preempter.borrow_by_preemption([r for r in borrowers if r.name not in placed],
-                                              weights, views, groups, book, lent)
-    if won:
-        placements = [*placements, *won]
-        placed |= {p.request_name for p in won}
-        preemptions.extend(pre)
+    if borrowers:
+        lent = borrow.Lent.of(book, final)
+        final, won = _backfilling(
+            final, held, borrowers, views,
+            lambda cycle, bviews: (cycle, borrow.borrow(cycle, borrowers, weights, bviews,
+                                                        groups, book, policy, preempter.nodes,
+                                                        lent)))
+        if won:
+            placements = [*placements, *won]
+            placed |= {p.request_name for p in won}
+        # (d) critical work that found nothing idle to borrow preempts work other teams
+        # hold beyond their guarantees, and borrows what that frees
+        preempter.cycle = final
+        won, pre = preempter.borrow_by_preemption(
+            [r for r in borrowers if r.name not in placed], weights, views, groups, book, lent)
+        if won:
+            placements = [*placements, *won]
+            placed |= {p.request_name for p in won}
+            preemptions.extend(pre)
     # 6b. the peak ends off-peak work: preemptible off-peak allocations still running
     taken = {x.allocation_id for x in preemptions}
     preemptions = [*preemptions, *(x for x in offpeak.peak_reclaims(allocations_usage, policy, now)
