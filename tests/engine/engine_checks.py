@@ -98,20 +98,15 @@ def check_preemptions(plan: Plan, snap: Snapshot) -> None:
             assert reqs[p.for_request].priority is PriorityClass.CRITICAL
             if p.for_request in borrowing:  # beyond its quota: other teams' excess only
                 assert policy.critical_preempts_borrowers and policy.critical_borrows
-                assert a.team != reqs[p.for_request].team, "borrowed from its own team"
-                if a.borrowed_from is None:
-                    taken[a.team] += a.gpu_milli_total
-                    assert taken[a.team] <= over.get(a.team, 0), (
-                        f"critical work borrowing took {a.request_name} of team {a.team}, "
-                        "which it left below its guarantee")
         else:
             assert p.kind == "reclaim" and policy.reclaim_guarantees, p
-            assert a.team != reqs[p.for_request].team, "a team reclaims from other teams only"
+        if p.kind == "reclaim" or p.for_request in borrowing:
+            assert a.team != reqs[p.for_request].team, "taken from its own team"
             if a.borrowed_from is None:
                 taken[a.team] += a.gpu_milli_total
                 assert taken[a.team] <= over.get(a.team, 0), (
-                    f"reclaim took {a.request_name} of team {a.team}, which it left below "
-                    "its guarantee: reclaim takes borrowed work, or work beyond a guarantee")
+                    f"{p.kind} took {a.request_name} of team {a.team}, which it left below "
+                    "its guarantee: it takes borrowed work, or work beyond a guarantee")
         for b in snap.allocations:  # a gang goes whole
             if b.request_name == a.request_name:
                 assert b.id in gone, f"{a.request_name}: gang preempted in part"

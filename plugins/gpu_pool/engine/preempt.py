@@ -305,6 +305,14 @@ class Preempter:
         assert choice is not None  # found feasible on a trial copy of this very state
         return self.cycle.commit(r, choice), out
 
+    def _beyond_guarantee(self, team: str) -> Callable[[Victim], bool]:
+        """Whether a victim is work another team holds beyond its guarantee: marked
+        borrowed, or within what its team holds over it. Never ``team``'s own: that would
+        only trade GPUs within the team, losing the victim's work for no change in who
+        holds what."""
+        return lambda v: v.team != team and (
+            v.borrowed_from is not None or self.excess.get(v.team, 0) >= v.milli)
+
     def critical(self, pending: Sequence[Request], weights: dict[str, int],
                  views: dict[str, RequestView], groups: dict[str, np.ndarray]
                  ) -> tuple[list[Placement], list[Preemption]]:
@@ -369,11 +377,7 @@ class Preempter:
             mine = np.where(within, g, -2)  # rows outside the guarantee are out of reach
             team = r.team
             found = self._search(
-                r, weights[r.name], view, mine,
-                # Its own team's work is not taken: that would only trade GPUs within the
-                # team, losing the victim's work for no change in who holds what.
-                lambda v, team=team: v.team != team and (
-                    v.borrowed_from is not None or self.excess.get(v.team, 0) >= v.milli),
+                r, weights[r.name], view, mine, self._beyond_guarantee(team),
                 lambda v, team=team: (v.borrowed_from != team, v.borrowed_from is None,
                                       -v.rank, v.work_lost, v.request_name),
                 lambda freed, team=team: (sum(v.borrowed_from != team for v in freed),
@@ -429,9 +433,7 @@ class Preempter:
             open_g = np.where(room, UNLIMITED, NO_QUOTA).astype(np.int64)
             view, weight, team = views[r.name], weights[r.name], r.team
             found = self._search(
-                r, weight, view, open_g,
-                lambda v, team=team: v.team != team and (
-                    v.borrowed_from is not None or self.excess.get(v.team, 0) >= v.milli),
+                r, weight, view, open_g, self._beyond_guarantee(team),
                 lambda v: (v.borrowed_from is None, -v.rank, v.work_lost, v.request_name),
                 lambda freed: (sum(v.borrowed_from is None for v in freed),),
                 lambda v: v.borrowed_from is None)
