@@ -98,7 +98,7 @@ class Lent:
     """What one cycle's borrowing has left: milli per lender still lendable
     (:func:`lendable` less what the cycle borrowed of it) and milli borrowed per group
     (the book's, plus the cycle's). Carried from the borrowing step (c) to critical
-    borrowing by preemption (:meth:`gpu_pool.engine.preempt.Preempter.borrow`)."""
+    borrowing by preemption (:meth:`gpu_pool.engine.preempt.Preempter.borrow_by_preemption`)."""
 
     pool: dict[str, int]
     borrowed: np.ndarray
