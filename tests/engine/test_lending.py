@@ -500,6 +500,7 @@ def test_critical_work_beyond_its_quota_preempts_once_it_has_waited_the_grace():
         assert (result.placement_of("x") is not None) is preempts
         if not preempts:
             at = urgent.submitted_at + timedelta(seconds=grace or 120)
+            assert result.estimates["x"] == at + timedelta(seconds=grace or 120)
             assert result.reason_of("x").message.endswith(
                 f"; unless GPUs free first, it preempts work other teams hold beyond their "
                 f"guarantees at {at:%Y-%m-%d %H:%M:%S} UTC, once it has waited their "

@@ -23,7 +23,9 @@ start or earlier.
 
 Only requests that wait for capacity get an estimate (reason ``waiting_for_capacity``,
 ``outranked`` or ``node_reserved``); a request held by quota, headroom, data or a freeze
-gets None (no time can be promised), and so does one the known ends never make room for.
+gets None (no time can be promised), and so does one the known ends never make room for
+(but critical work that will preempt to borrow, whose estimate the plan sets itself: the
+end of its victims' grace, :mod:`gpu_pool.engine.preempt`).
 Gangs take their ``k`` nodes at one moment.
 
 What it leaves out: tasks usually end before their limits (the estimate is then late),

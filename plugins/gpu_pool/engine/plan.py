@@ -46,7 +46,8 @@ Steps of :func:`plan_on_state`:
    quota are marked);
 7. a reason for every request left pending (:mod:`gpu_pool.engine.reasons`);
 8. an estimated start for each request waiting for capacity, the first
-   ``policy.start_estimates`` in line (:mod:`gpu_pool.engine.estimate`).
+   ``policy.start_estimates`` in line (:mod:`gpu_pool.engine.estimate`), and for critical
+   work that will preempt to borrow (6d) the end of its victims' grace.
 
 Invariants: no I/O, no printing, inputs never mutated (the caller's :class:`FleetState`
 may gain a cache of its FGD measure, which does not change what it reports); the same
@@ -423,6 +424,10 @@ def _plan_on_state(state: FleetState, requests: Sequence[Request], quotas: Seque
             estimates = estimate.estimate_starts(
                 (opened or final).state, queue, views, holds, held.reservations, now,
                 policy.start_estimates, runtimes)
+        # Critical work that will preempt to borrow starts when its victims' grace ends
+        # (held by quota, the queue's play-forward gives it none).
+        for name, (at, grace) in preempter.deferred.items():
+            estimates[name] = at + timedelta(seconds=grace)
     by_name = {p.request_name: p for p in placements}
     if zone_calls:
         for name, p in by_name.items():
