@@ -43,8 +43,8 @@ Rules (step 6 of :func:`gpu_pool.engine.plan.plan_on_state`, on the plan's final
   request whose team's quota is used up may preempt lower-priority preemptible work of
   the same quota group (its own team's): a victim within its group's guarantee gives its
   quota back as well as its GPUs (as Kueue's within-queue preemption of lower priority).
-* ``borrow`` (6d, with ``Policy.critical_preempts_borrowers``, ``borrowing`` and
-  ``critical_borrows``): each critical single-node request still pending after borrowing
+* critical borrowing (6d, kind ``critical``, with ``Policy.critical_preempts_borrowers``,
+  ``borrowing`` and ``critical_borrows``): each critical single-node request still pending after borrowing
   (6c), whose group may still borrow it (``borrowed + request <= borrow limit``), may
   preempt the reclaim's victims (other teams' work marked borrowed or within their
   excess; same order) on a node where it then fits, and borrows what that frees from one
@@ -404,9 +404,9 @@ class Preempter:
         return placements, preemptions
 
     def borrow_by_preemption(self, pending: Sequence[Request], weights: dict[str, int],
-               views: dict[str, RequestView], groups: dict[str, np.ndarray],
-               book: QuotaBook, lent: borrow.Lent
-               ) -> tuple[list[Placement], list[Preemption]]:
+                             views: dict[str, RequestView], groups: dict[str, np.ndarray],
+                             book: QuotaBook, lent: borrow.Lent
+                             ) -> tuple[list[Placement], list[Preemption]]:
         """Critical requests beyond their team's guarantee that borrowing found no idle
         GPUs for preempt other teams' work held beyond their own guarantees, and borrow
         what it frees (``Policy.critical_preempts_borrowers``; see the module docstring)."""
@@ -487,8 +487,8 @@ class Preempter:
         for v in freed:
             if v.borrowed_from is not None:
                 pool[v.borrowed_from] = pool.get(v.borrowed_from, 0) + v.milli
+        before = borrow.lendable(book, self.cycle)
         trial = self.cycle.clone()
-        before = borrow.lendable(book, trial)
         for v in freed:
             _free(trial, v)
         for t, milli in borrow.lendable(book, trial).items():
