@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -33,6 +32,7 @@ from gpu_pool.sim.replay import ReplayConfig, replay_summary, run_replay  # noqa
 from gpu_pool.sim.runner import parse_seeds  # noqa: E402
 from gpu_pool.sim.teams import parse_teams  # noqa: E402
 from gpu_pool.sim.trace import load_trace  # noqa: E402
+from sharing_report import machine  # noqa: E402  (bench/, the script's own folder)
 
 TRACES = REPO.parent / "shared" / "traces" / "alibaba-openb-2023"
 
@@ -108,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                  and row["critical p95"] <= args.heartbeat)
     print(f"critical p95 within a heartbeat ({args.heartbeat:g} s) on {within} of "
           f"{len(rows)} seeds")
-    print(f"machine: {platform.node()}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, Python {platform.python_version()}")
+    print(f"machine: {machine()}")
     return 0
 
 

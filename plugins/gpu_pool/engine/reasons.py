@@ -216,18 +216,22 @@ def _lacking(request: Request, st: FleetState, rows: np.ndarray, need: str) -> s
     return f"needs {need} on one node; no compatible node has it free"
 
 
+def _asked(request: Request, cores: str, ram: str) -> str:
+    """``cores`` and ``ram`` joined, each only if ``request`` asks for it."""
+    return " and ".join(x for x, asked in ((cores, request.cpu_milli),
+                                           (ram, request.memory_mib)) if asked)
+
+
 def _ask(request: Request) -> str:
     """The cores and RAM a part asks, in words (only what it asks)."""
-    return " and ".join(x for x, asked in (
-        (f"{request.cpu_milli / 1000:g} CPU cores", request.cpu_milli),
-        (f"{request.memory_mib} MiB RAM", request.memory_mib)) if asked)
+    return _asked(request, f"{request.cpu_milli / 1000:g} CPU cores",
+                  f"{request.memory_mib} MiB RAM")
 
 
 def _most(request: Request, st: FleetState, rows: np.ndarray) -> str:
     """The most cores and RAM free on one of ``rows``, of what ``request`` asks."""
-    return " and ".join(x for x, asked in (
-        (f"{int(st.cpu_free[rows].max()) / 1000:g} cores", request.cpu_milli),
-        (f"{int(st.mem_free[rows].max())} MiB", request.memory_mib)) if asked)
+    return _asked(request, f"{int(st.cpu_free[rows].max()) / 1000:g} cores",
+                  f"{int(st.mem_free[rows].max())} MiB")
 
 
 def pending_reason(request: Request, weight: int, view: RequestView, groups: np.ndarray,
