@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from gpu_pool.sim.bound import allocation_bound, arrived_at, unallocated_bound_pct
+from gpu_pool.sim.bound import (
+    allocation_bound,
+    arrived_at,
+    card_patterns,
+    unallocated_bound_pct,
+)
 from gpu_pool.sim.packing import HEADLINE_LEVEL, allocation_at
 from gpu_pool.sim.runner import POLICIES, run_policy
 from gpu_pool.sim.trace import TraceNode, TraceTask, load_trace
@@ -42,6 +47,36 @@ def task(gpus: int = 1, milli: int = 1000, cpu: int = 1000, mem: int = 1024,
 ])
 def test_known_bounds(nodes, tasks, expected) -> None:
     assert allocation_bound(tasks, nodes) == expected
+
+
+@pytest.mark.parametrize(("nodes", "tasks", "cards", "pooled"), [
+    # Three 810-milli shares on two cards: one each, the slivers stay free (the pooled
+    # bound counted 2,000 of the 2,430 asked).
+    ([node(2)], [task(1, 810)] * 3, 1_620, 2_000),
+    # A 190 fills an 810's sliver: one card holds both.
+    ([node(1)], [task(1, 810), task(1, 190)], 1_000, 1_000),
+    # Two 600s and a 500 on two cards: any two of them, 1,200 placed; the LP may use half a
+    # card of two 500s beside one and a half 600s (1,400): a relaxation, not a plan.
+    ([node(2)], [task(1, 600)] * 2 + [task(1, 500)], 1_400, 1_700),
+    # A whole GPU takes a card the shares cannot use: one card left for the 700s.
+    ([node(2)], [task(1), task(1, 700), task(1, 700)], 1_700, 2_000),
+    # Two groups: each card is of its own group, CPU still pooled per group.
+    ([node(1), node(1, "V100M32")], [task(1, 700)] * 3, 1_400, 2_000),
+])
+def test_shares_are_packed_into_cards(nodes, tasks, cards, pooled) -> None:
+    assert allocation_bound(tasks, nodes) == cards
+    assert allocation_bound(tasks, nodes, cards=False) == pooled
+
+
+def test_card_patterns_are_the_maximal_multisets() -> None:
+    patterns = card_patterns([600, 400, 300])
+    as_sets = sorted(tuple(sorted(p.items())) for p in patterns)
+    # 600+300 (100 left: nothing fits), 400+300+300, 300+300+300, 600+400, 400+400 (200
+    # left); 600 alone or 400+300 are not maximal (a 300 still fits).
+    assert as_sets == [((300, 1), (600, 1)), ((300, 2), (400, 1)), ((300, 3),),
+                       ((400, 1), (600, 1)), ((400, 2),)]
+    with pytest.raises(ValueError, match="1..999 milli"):
+        card_patterns([1000])
 
 
 def test_arrived_counts_up_to_the_task_that_reaches_the_level() -> None:
