@@ -42,6 +42,23 @@ def test_packing_json_and_placements(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert sum(1 for r in rows if r["node"]) == seed["placed"]
 
 
+def test_packing_bound_is_below_each_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "packing", "--nodes", NODES, "--pods", PODS, "--policy", "bestfit",
+                 "--seeds", "42-43", "--bound", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    for seed in summary["seeds"]:
+        # The excerpt's shares leave slivers no placement fills: the bound is above zero.
+        assert 0 < seed["bound_unallocated_pct"] <= seed["unallocated_pct"]
+    assert summary["median_bound_unallocated_pct"] == pytest.approx(
+        (summary["seeds"][0]["bound_unallocated_pct"]
+         + summary["seeds"][1]["bound_unallocated_pct"]) / 2)
+    assert main(["simulate", "packing", "--nodes", NODES, "--pods", PODS, "--policy", "bestfit",
+                 "--seeds", "42", "--bound"]) == 0
+    out = capsys.readouterr().out
+    assert "bound (no placement of these arrivals leaves less): median" in out
+    assert "above" in out.splitlines()[0]
+
+
 def test_replay_prints_the_report(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "replay", "--nodes", NODES, "--pods", PODS, "--policy", "fifo",
                  "--fleet-fraction", "0.2"]) == 0

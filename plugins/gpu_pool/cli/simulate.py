@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from typing import Any
 
@@ -39,6 +40,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               "integer scores with random ties")
     packing.add_argument("--policy-file", metavar="FILE",
                          help="engine: a sharing-policy YAML document (gpu-pool policy check)")
+    packing.add_argument("--bound", action="store_true",
+                         help="also the least unallocated GPU %% any placement could reach "
+                              "on each seed's arrivals (LP bound, shares packed into cards) "
+                              "and the policy's distance to it")
     packing.set_defaults(func=packing_handler)
 
     mix = add_command(group, "mix",
@@ -115,16 +120,33 @@ def packing_handler(args: argparse.Namespace) -> int:
         from gpu_pool.sim.runner import write_placements
         write_placements(args.placements, runs)
     summary = packing_summary(trace, runs, curve=args.json)
+    if args.bound:
+        from gpu_pool.sim.bound import unallocated_bound_pct
+
+        for item, run in zip(summary["seeds"], runs, strict=True):
+            item["bound_unallocated_pct"] = unallocated_bound_pct(
+                [a.task for a in run.arrivals], trace.nodes)
+        summary["median_bound_unallocated_pct"] = statistics.median(
+            item["bound_unallocated_pct"] for item in summary["seeds"])
     if args.json:
         json.dump(summary, sys.stdout, indent=2)
         print()
         return 0
     label = policy if batch == 1 else f"{policy} (batch {batch})"
-    print(f"{'seed':>6}  {'unallocated GPU % at 100% arrived':>34}  {'placed':>8}/{'arrived':<8}")
+    bound = f"  {'bound':>6}  {'above':>6}" if args.bound else ""
+    print(f"{'seed':>6}  {'unallocated GPU % at 100% arrived':>34}  {'placed':>8}/{'arrived':<8}"
+          + bound)
     for item in summary["seeds"]:
-        print(f"{item['seed']:>6}  {item['unallocated_pct']:>34.2f}  "
-              f"{item['placed']:>8}/{item['arrived']:<8}")
+        line = (f"{item['seed']:>6}  {item['unallocated_pct']:>34.2f}  "
+                f"{item['placed']:>8}/{item['arrived']:<8}")
+        if args.bound:
+            low = item["bound_unallocated_pct"]
+            line += f"  {low:>6.2f}  {item['unallocated_pct'] - low:>+6.2f}"
+        print(line)
     print(f"{label}: median unallocated GPU % = {summary['median_unallocated_pct']:.2f}")
+    if args.bound:
+        print("bound (no placement of these arrivals leaves less): median "
+              f"{summary['median_bound_unallocated_pct']:.2f}")
     t = summary["decision_ms"]
     print(f"time per placement decision: median {t['median']:.3f} ms, worst {t['max']:.1f} ms")
     return 0
