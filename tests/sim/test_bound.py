@@ -77,6 +77,10 @@ def test_card_patterns_are_the_maximal_multisets() -> None:
                        ((400, 1), (600, 1)), ((400, 2),)]
     with pytest.raises(ValueError, match="1..999 milli"):
         card_patterns([1000])
+    # Many small sizes: too many patterns to enumerate, and the bound pools instead.
+    assert card_patterns(list(range(10, 1000, 10)), limit=1_000) is None
+    tasks = [task(1, m) for m in range(10, 1000, 10)]
+    assert allocation_bound(tasks, [node(8)]) == allocation_bound(tasks, [node(8)], cards=False)
 
 
 def test_arrived_counts_up_to_the_task_that_reaches_the_level() -> None:

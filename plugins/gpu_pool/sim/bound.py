@@ -37,6 +37,10 @@ from ortools.linear_solver import pywraplp
 from gpu_pool.engine.fragmentation import MILLI
 from gpu_pool.sim.trace import TraceNode, TraceTask
 
+# Card patterns one bound may enumerate (openb's 20 share sizes give 1,871); beyond it (many
+# small share sizes) the bound pools a group's GPU milli, which is still a bound.
+MAX_PATTERNS = 20_000
+
 
 def arrived_at(tasks: Sequence[TraceTask], capacity_milli: int, level: float) -> list[TraceTask]:
     """The arrivals counted at ``level``: up to and including the one whose GPU demand makes
@@ -51,10 +55,11 @@ def arrived_at(tasks: Sequence[TraceTask], capacity_milli: int, level: float) ->
     return out
 
 
-def card_patterns(sizes: Sequence[int]) -> list[dict[int, int]]:
+def card_patterns(sizes: Sequence[int], limit: int = MAX_PATTERNS) -> list[dict[int, int]] | None:
     """Every maximal multiset of share ``sizes`` (milli, each below 1,000) that fits on one
-    card: per pattern, how many shares of each size. Maximal: no size fits in what is left,
-    so every set of shares one card can hold is contained in one of them."""
+    card: per pattern, how many shares of each size. Maximal: not even the smallest size
+    fits in what is left, so every set of shares one card can hold is contained in one of
+    them. None when there are more than ``limit`` (many small sizes): the caller pools."""
     order = sorted(set(sizes), reverse=True)
     if not order or order[-1] <= 0 or order[0] >= MILLI:
         raise ValueError(f"share sizes must be 1..{MILLI - 1} milli, got {sorted(set(sizes))}")
@@ -62,9 +67,14 @@ def card_patterns(sizes: Sequence[int]) -> list[dict[int, int]]:
     out: list[dict[int, int]] = []
     counts: dict[int, int] = {}
 
+    class _TooMany(Exception):
+        pass
+
     def extend(i: int, left: int) -> None:
         if i == len(order):
-            if left < smallest or not any(m <= left for m in order):
+            if left < smallest:
+                if len(out) >= limit:
+                    raise _TooMany
                 out.append(dict(counts))
             return
         m = order[i]
@@ -76,7 +86,10 @@ def card_patterns(sizes: Sequence[int]) -> list[dict[int, int]]:
             extend(i + 1, left - k * m)
         counts.pop(m, None)
 
-    extend(0, MILLI)
+    try:
+        extend(0, MILLI)
+    except _TooMany:
+        return None
     return out
 
 
@@ -113,7 +126,7 @@ def allocation_bound(tasks: Sequence[TraceTask], nodes: Sequence[TraceNode],
     # Card patterns know shares of one card and whole GPUs; a task of several part cards
     # (none in openb) keeps the pooled bound.
     split = any(s[0] > 1 and s[1] < MILLI for s in shapes)
-    patterns = card_patterns(share_sizes) if cards and share_sizes and not split else []
+    patterns = (card_patterns(share_sizes) or []) if cards and share_sizes and not split else []
     for k, n in groups.items():
         if not terms[k]:
             continue
