@@ -68,7 +68,7 @@ is itself reclaimable in the same cycle.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -198,10 +198,19 @@ class Preempter:
         # changes the cycle (a queue of thousands of one shape searches once).
         self._failed: set[tuple] = set()
 
-    def _key(self, r: Request, kind: str, views: dict[str, RequestView],
-             groups: dict[str, np.ndarray]) -> tuple:
-        return (kind, r.team, id(views[r.name]), id(groups[r.name]), r.gpus, r.gpu_milli,
-                r.cpu_milli, r.memory_mib, r.priority)
+    def _untried(self, pending: Sequence[Request], kind: str, eligible: Callable[[Request], bool],
+                 views: dict[str, RequestView], groups: dict[str, np.ndarray]
+                 ) -> Iterator[tuple[Request, tuple]]:
+        """The ``eligible`` requests of ``pending`` whose type has not yet failed a ``kind``
+        search, each with its type key (add it to ``_failed`` when the search fails); read
+        lazily, so a preemption between two requests reopens every type."""
+        for r in pending:
+            if not eligible(r):
+                continue
+            key = (kind, r.team, id(views[r.name]), id(groups[r.name]), r.gpus, r.gpu_milli,
+                   r.cpu_milli, r.memory_mib, r.priority)
+            if key not in self._failed:
+                yield r, key
 
     def _search(self, r: Request, weight: int, view: RequestView, g: np.ndarray,
                 allowed: Callable[[Victim], bool], order: Callable[[Victim], tuple],
@@ -319,12 +328,9 @@ class Preempter:
         """Critical single-node requests still pending preempt eligible victims."""
         placements: list[Placement] = []
         preemptions: list[Preemption] = []
-        for r in pending:
-            if r.priority is not PriorityClass.CRITICAL or r.is_gang:
-                continue
-            key = self._key(r, "critical", views, groups)
-            if key in self._failed:
-                continue
+        for r, key in self._untried(
+                pending, "critical",
+                lambda r: r.priority is PriorityClass.CRITICAL and not r.is_gang, views, groups):
             view, g = views[r.name], groups[r.name]
             found = self._search(r, weights[r.name], view, g, lambda v: True,
                                  lambda v: (-v.rank, v.work_lost, v.request_name))
@@ -357,12 +363,10 @@ class Preempter:
         # groups it names, so a request beyond every one of its guarantees is passed over
         # without a pass over the fleet's rows.
         named: dict[int, np.ndarray] = {}
-        for r in pending:
-            if r.is_gang or r.gpus == 0 or not len(remaining):
-                continue
-            key = self._key(r, "reclaim", views, groups)
-            if key in self._failed:
-                continue
+        if not len(remaining):
+            return placements, preemptions
+        for r, key in self._untried(pending, "reclaim", lambda r: not r.is_gang and r.gpus > 0,
+                                    views, groups):
             g = groups[r.name]
             need = r.total_gpu_milli
             quotas = named.get(id(g))
@@ -417,12 +421,10 @@ class Preempter:
                 and policy.critical_borrows) or book.open_fleet or not len(book.keys):
             return placements, preemptions
         models = np.array(self.cycle.state.layout.models, dtype=object)
-        for r in pending:
-            if r.priority is not PriorityClass.CRITICAL or r.is_gang or not r.gpus:
-                continue
-            key = self._key(r, "borrow", views, groups)
-            if key in self._failed:
-                continue
+        for r, key in self._untried(
+                pending, "borrow",
+                lambda r: r.priority is PriorityClass.CRITICAL and not r.is_gang and r.gpus > 0,
+                views, groups):
             g = groups[r.name]
             need = r.total_gpu_milli
             room = lent.room(book, g, need)
